@@ -1,0 +1,62 @@
+# Two commands: `make lab` (open the course) and `make test` (run every test).
+# Both create .venv on first use and reinstall only when a requirements file changed.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+GRADER := .venv-grader
+LOCAL := $(CURDIR)/.jupyter-local
+SETTINGS := $(VENV)/share/jupyter/lab/settings
+
+.PHONY: lab test release execute clean help
+help:
+	@echo "make lab      open JupyterLab on chapters/00_welcome.ipynb"
+	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
+	@echo "make release  regenerate chapters/ from solutions/"
+	@echo "make execute  re-execute solutions/ in place (authors), then release"
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed, found " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed-runtime: requirements.txt widgets/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	mkdir -p $(SETTINGS) && cp binder/overrides.json $(SETTINGS)/overrides.json
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-runtime requirements-test.txt
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+# nbgrader lives in its own venv; a .pth line lets it import torch and autogradlab from .venv.
+$(GRADER)/.installed: requirements-grader.txt $(VENV)/.installed-runtime
+	test -x $(GRADER)/bin/python || $(PYTHON) -m venv $(GRADER)
+	$(GRADER)/bin/python -m pip install --quiet -r requirements-grader.txt
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	  > "$$($(GRADER)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/autogradlab-course.pth"
+	touch $@
+
+lab: $(VENV)/.installed-runtime
+	$(BIN)/jupyter lab chapters/00_welcome.ipynb
+
+# Tests keep Jupyter, IPython and matplotlib state inside the checkout, never in $HOME.
+test: export JUPYTER_CONFIG_DIR := $(LOCAL)/config
+test: export JUPYTER_DATA_DIR := $(LOCAL)/data
+test: export JUPYTER_RUNTIME_DIR := $(LOCAL)/runtime
+test: export IPYTHONDIR := $(LOCAL)/ipython
+test: export MPLCONFIGDIR := $(LOCAL)/matplotlib
+test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
+test: $(VENV)/.installed-test $(GRADER)/.installed
+	$(BIN)/python -m autogradlab.release --check
+	$(BIN)/python -m pytest
+
+release: $(VENV)/.installed-runtime
+	$(BIN)/python -m autogradlab.release
+
+execute: $(VENV)/.installed-runtime
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=300 solutions/[0-9][0-9]_*.ipynb
+	$(BIN)/python -m autogradlab.release
+
+clean:
+	rm -rf $(VENV) $(GRADER) $(LOCAL) test-artifacts

@@ -1,0 +1,44 @@
+"""Binder files stay consistent with requirements.txt, and point at chapter 00."""
+
+import re
+
+
+def pins(path):
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==")
+            found[name.strip().lower().replace("_", "-")] = version.strip()
+    return found
+
+
+def test_binder_requirements_pin_the_same_versions(repo_root):
+    main, binder = pins(repo_root / "requirements.txt"), pins(repo_root / "binder" / "requirements.txt")
+    assert main, "requirements.txt has no pins"
+    assert binder.pop("torch") == main.pop("torch") + "+cpu"  # CPU build of the same release
+    assert binder == main
+
+
+def test_every_requirement_is_pinned_exactly(repo_root):
+    for name in ("requirements.txt", "requirements-test.txt", "requirements-grader.txt", "binder/requirements.txt"):
+        for line in (repo_root / name).read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line and not line.startswith("-"):
+                assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[0-9][\w.+]*", line), f"{name}: not an exact pin: {line}"
+
+
+def test_binder_uses_pytorch_cpu_index_python_311_graphviz(repo_root):
+    binder = repo_root / "binder"
+    assert "https://download.pytorch.org/whl/cpu" in (binder / "requirements.txt").read_text()
+    assert (binder / "runtime.txt").read_text().strip() == "python-3.11"
+    assert "graphviz" in (binder / "apt.txt").read_text().split()
+    post = (binder / "postBuild").read_text()
+    assert "pip install" in post and "./widgets" in post and "overrides.json" in post
+
+
+def test_readme_binder_badge_opens_chapter_00(repo_root):
+    readme = (repo_root / "README.md").read_text()
+    match = re.search(r"https://mybinder\.org/v2/gh/[^)\s]+", readme)
+    assert match, "README has no Binder link"
+    assert "urlpath=lab%2Ftree%2Fchapters%2F00_welcome.ipynb" in match.group(0)

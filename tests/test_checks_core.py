@@ -1,0 +1,126 @@
+"""The shared checker machinery: comparisons, hints and how learner errors are reported."""
+
+import pytest
+import torch
+
+from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare
+
+
+def expect_hint(got, expected, fragment, **kwargs):
+    with pytest.raises(ExerciseError) as info:
+        compare(got, expected, what="`answer`", label="a test input", **kwargs)
+    assert fragment in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def test_equal_tensors_pass_silently():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    compare(x.clone(), x, what="`answer`", label="x")
+
+
+def test_float32_tolerance_accepts_reordered_sums():
+    x = torch.randn(64, 32)
+    w = torch.randn(32, 16)
+    compare(torch.einsum("ij,jk->ik", x, w), x @ w, what="`answer`", label="x")
+
+
+def test_non_tensor_answer_is_explained():
+    message = expect_hint(1.5, torch.tensor(1.5), "a Python number")
+    assert "float" in message
+
+
+def test_transposed_shape_is_named():
+    expected = torch.randn(3, 5)
+    expect_hint(expected.T.clone(), expected, "transpose of the expected one")
+
+
+def test_transposed_square_values_are_named():
+    expected = torch.randn(4, 4, dtype=torch.float64)
+    expect_hint(expected.T.clone(), expected, "transpose of the right one")
+
+
+def test_missing_batch_sum_is_named():
+    expected = torch.randn(5, dtype=torch.float64)
+    per_example = torch.randn(8, 5, dtype=torch.float64)
+    expect_hint(per_example, expected, "sum over the batch dimension", context={"batch_size": 8})
+
+
+def test_factor_of_batch_size_is_named_sum_vs_mean():
+    expected = torch.randn(6, 3, dtype=torch.float64)
+    expect_hint(expected * 6, expected, "6× too large (batch_size = 6)", context={"batch_size": 6})
+    expect_hint(expected / 6, expected, "6× too small", context={"batch_size": 6})
+
+
+def test_factor_of_accum_steps_is_named():
+    expected = torch.randn(10, dtype=torch.float64)
+    expect_hint(expected * 4, expected, "not divided by accum_steps", context={"accum_steps": 4})
+
+
+def test_sign_flip_and_other_constant_factors():
+    expected = torch.randn(7, dtype=torch.float64)
+    expect_hint(-expected, expected, "sign is flipped")
+    expect_hint(expected * 2.5, expected, "same factor 2.5")
+
+
+def test_known_mistake_wins_over_generic_hint():
+    expected = torch.randn(7, dtype=torch.float64)
+    wrong = expected * 2
+    expect_hint(wrong, expected, "forgot the 2", mistakes={"forgot the 2": expected * 2})
+
+
+def test_report_shows_measured_error_and_tolerance():
+    expected = torch.zeros(3, dtype=torch.float64)
+    got = torch.tensor([0.0, 0.5, 0.0], dtype=torch.float64)
+    message = expect_hint(got, expected, "max |error| = 0.5 at index (1,)")
+    assert "rtol=1e-07" in message
+
+
+def test_dtype_mismatch_and_nan_are_reported():
+    expected = torch.ones(3, dtype=torch.float64)
+    expect_hint(torch.ones(3), expected, "Dtype: got torch.float32")
+    expect_hint(torch.tensor([1.0, float("nan"), 1.0], dtype=torch.float64), expected, "inf or NaN")
+
+
+def test_not_implemented_is_a_friendly_error():
+    def todo(x):
+        raise NotImplementedError()
+
+    with pytest.raises(ExerciseError, match="still raises NotImplementedError"):
+        call_learner(todo, (1,), "todo", "x")
+
+
+def test_learner_exception_quotes_the_learner_line():
+    def buggy(x):
+        return x @ torch.ones(5, 2)  # wrong inner size
+
+    with pytest.raises(ExerciseError) as info:
+        call_learner(buggy, (torch.ones(3, 4),), "buggy", "x of shape (3, 4)")
+    message = str(info.value)
+    assert "raised RuntimeError" in message and "x @ torch.ones(5, 2)" in message
+    assert info.value.__suppress_context__  # no chained package traceback
+
+
+def test_not_callable_is_explained():
+    with pytest.raises(ExerciseError, match="should be a function"):
+        call_learner(3, (), "answer", "x")
+
+
+def test_check_function_rejects_in_place_modification_of_inputs():
+    def sneaky(x):
+        x.mul_(2)
+        return x
+
+    cases = [Case((torch.arange(3.0),), "x")]
+    with pytest.raises(ExerciseError, match="changed its input in place"):
+        check_function(sneaky, lambda x: 2 * x, cases, name="double")
+
+
+def test_check_function_prints_one_check_line(capsys):
+    cases = [Case((torch.arange(3.0),), "x"), Case((torch.ones(2, 2),), "y")]
+    check_function(lambda x: x + x, lambda x: 2 * x, cases, name="double")
+    assert capsys.readouterr().out == "✓ double matches the reference on 2 inputs\n"
+
+
+def test_exercise_error_renders_compactly_in_ipython():
+    lines = ExerciseError("wrong")._render_traceback_()
+    assert len(lines) == 1 and "wrong" in lines[0]

@@ -1,0 +1,76 @@
+"""Classroom use: nbgrader's own generate_assignment and autograde run on solutions/ unchanged.
+
+nbgrader lives in .venv-grader (made by `make test`), so its menus never appear in the
+learners' JupyterLab. A correct submission must score full marks, an untouched one zero,
+and nbgrader's student version must match our chapters/ cell for cell.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GRADER_BIN = ROOT / ".venv-grader" / "bin"
+NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+pytestmark = pytest.mark.skipif(
+    not (GRADER_BIN / "nbgrader").exists(), reason=".venv-grader is missing: run `make test`, which creates it"
+)
+
+SCORES = """
+import json, sys
+from nbgrader.api import Gradebook
+with Gradebook("sqlite:///gradebook.db") as gb:
+    print(json.dumps({s: [gb.find_submission(sys.argv[1], s).score, gb.find_submission(sys.argv[1], s).max_score]
+                      for s in ("alice", "bob")}))
+"""
+
+
+def nbgrader(course: Path, *args: str) -> str:
+    run = subprocess.run(
+        [str(GRADER_BIN / "nbgrader"), *args, "--course-dir", str(course)],
+        cwd=course, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout + run.stderr
+
+
+def code_sources(path: Path) -> list[str]:
+    return [c.source.strip() for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("solution", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_nbgrader_generates_and_autogrades(solution, tmp_path):
+    course, assignment = tmp_path / "course", solution.stem
+    (course / "source" / assignment).mkdir(parents=True)
+    shutil.copy(solution, course / "source" / assignment)
+    for folder in ("data",):  # notebooks may read recorded results next to them
+        if (ROOT / "chapters" / folder).is_dir():
+            shutil.copytree(ROOT / "chapters" / folder, course / "source" / assignment / folder)
+    nbgrader(course, "generate_assignment", assignment, "--force")
+    released = course / "release" / assignment / solution.name
+    assert code_sources(released) == code_sources(ROOT / "chapters" / solution.name), (
+        "nbgrader's student version differs from chapters/"
+    )
+
+    for student, notebook in (("alice", solution), ("bob", released)):
+        nbgrader(course, "db", "student", "add", student)
+        target = course / "submitted" / student / assignment
+        shutil.copytree(released.parent, target)
+        shutil.copy(notebook, target / solution.name)
+    nbgrader(course, "autograde", assignment, "--force")
+
+    run = subprocess.run([str(GRADER_BIN / "python"), "-c", SCORES, assignment], cwd=course,
+                         capture_output=True, text=True, check=True)
+    scores = json.loads(run.stdout)
+    alice_score, max_score = scores["alice"]
+    assert max_score > 0
+    assert alice_score == max_score, f"the solution should get full marks: {scores}"
+    assert scores["bob"][0] == 0, f"an unanswered notebook should get no marks: {scores}"
+    print(f"nbgrader {assignment}: solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
+          file=sys.stderr)

@@ -1,0 +1,276 @@
+"""What every exercise checker needs: run the learner's function, compare, explain.
+
+A checker is a short function in ``autogradlab.checks.chNN`` built from these parts:
+
+>>> import torch
+>>> from autogradlab.checks.core import Case, check_function
+>>> cases = [Case((torch.arange(3.0),), "x = arange(3)")]
+>>> check_function(lambda x: 2 * x, lambda x: 2 * x, cases, name="double")
+✓ double matches the reference on 1 input
+
+A wrong answer raises :class:`ExerciseError` naming the likely mistake and the
+measured error. The hints come from two places: ``mistakes`` (wrong formulas a
+learner typically writes, run on the same inputs: if the answer equals one of
+them, we can name the mistake exactly) and generic shape/scale diagnostics
+(transposed, off by the batch size, sign flipped, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ExerciseError(Exception):
+    """A learner's answer is wrong. The message names the likely mistake and the measured error.
+
+    In IPython/Jupyter only the message is shown, not the checker's internal
+    traceback: the learner's own code is what needs reading, and the message
+    quotes the learner's line when their function raised.
+    """
+
+    def _render_traceback_(self) -> list[str]:  # IPython hook for compact errors
+        return [f"\x1b[1;31mExerciseError\x1b[0m: {self}"]
+
+
+@dataclass
+class Case:
+    """One input for the learner's function: positional ``args`` and a readable ``label``.
+
+    ``context`` carries sizes a hint may need (``batch_size``, ``accum_steps``, ...).
+    """
+
+    args: tuple
+    label: str
+    context: dict = field(default_factory=dict)
+
+
+# (rtol, atol) per dtype: looser than torch.testing's defaults for float32 because
+# hand-derived formulas legitimately sum in a different order than autograd.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-9),
+    torch.float32: (1e-4, 1e-5),
+    torch.bfloat16: (2e-2, 1e-3),
+    torch.float16: (2e-3, 1e-4),
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol) used to compare values of this dtype."""
+    return TOLERANCES.get(dtype, (1e-4, 1e-5))
+
+
+def passed(message: str) -> None:
+    """Print the one line that a passing check shows."""
+    print(f"✓ {message}")
+
+
+def _learner_line(exc: BaseException) -> str:
+    """The last line of the learner's code (outside this package) in the traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"\n  in your code: {last.line}  (line {last.lineno})" if last.line else ""
+
+
+def call_learner(fn: Callable, args: Sequence, name: str, label: str) -> Any:
+    """Call the learner's ``fn(*args)``; turn any exception into an ExerciseError that says where."""
+    if not callable(fn):
+        raise ExerciseError(f"`{name}` should be a function, but it is a {type(fn).__name__}.")
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise ExerciseError(
+            f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` "
+            "with your code, run that cell, then run this check again."
+        ) from None
+    except Exception as exc:  # the learner's bug, reported as such
+        raise ExerciseError(
+            f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}"
+        ) from None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def shape_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> str:
+    """Explain a shape mismatch with the mistake that usually causes it."""
+    g, e = tuple(got.shape), tuple(expected.shape)
+    if got.dim() >= 2 and got.dim() == expected.dim() and g == e[:-2] + (e[-1], e[-2]):
+        return "the shape is the transpose of the expected one: check the order of the factors and which one is transposed."
+    if got.numel() == expected.numel():
+        return "right number of elements, wrong layout: reshape or transpose back to the input's shape."
+    batch = context.get("batch_size")
+    if batch and got.dim() == expected.dim() + 1 and g[0] == batch and g[1:] == e:
+        return f"there is an extra leading dimension of size {batch} (the batch): sum over the batch dimension."
+    if got.numel() == 1 and expected.numel() > 1:
+        return "you returned a single number, but one value per input element is expected."
+    if got.dim() == expected.dim() - 1 and g == e[1:]:
+        return "the leading (batch) dimension is missing: did you sum or average over it too early?"
+    return "compare the shapes above with the shapes of the inputs."
+
+
+def _fit_scale(got: torch.Tensor, expected: torch.Tensor) -> float | None:
+    """The c that best fits got ≈ c·expected, if that fit is (almost) exact."""
+    denom = float((expected * expected).sum())
+    if denom == 0.0:
+        return None
+    c = float((got * expected).sum()) / denom
+    residual = float((got - c * expected).norm())
+    return c if residual <= 1e-3 * float(got.norm()) + 1e-12 else None
+
+
+def scale_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> str | None:
+    """Name the mistake when ``got`` is a constant multiple of ``expected``."""
+    c = _fit_scale(got.double(), expected.double())
+    if c is None or abs(c - 1.0) < 1e-6:
+        return None
+    if abs(c + 1.0) < 1e-3:
+        return "the sign is flipped: every value is the negative of the right one."
+    named = [
+        ("batch_size", "a sum where a mean was meant (or a missing division by the batch size)"),
+        ("accum_steps", "the loss was not divided by accum_steps"),
+        ("num_tokens", "a sum over tokens where the token mean was meant"),
+    ]
+    for key, meaning in named:
+        n = context.get(key)
+        if n and n != 1:
+            if math.isclose(c, n, rel_tol=1e-3):
+                return f"every value is {n}× too large ({key} = {n}): {meaning}."
+            if math.isclose(c, 1.0 / n, rel_tol=1e-3):
+                return f"every value is {n}× too small ({key} = {n}): a mean where a sum was meant, or divided by {key} twice."
+    return f"every value is off by the same factor {c:.4g}: look for a missing or extra constant."
+
+
+def _value_report(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
+    diff = (got.double() - expected.double()).abs()
+    flat = int(diff.argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.dim() else ()
+    rel = float(diff.max() / expected.double().abs().max().clamp_min(1e-30))
+    return (
+        f"measured: max |error| = {float(diff.max()):.3g} at index {index} "
+        f"(got {float(got.double().reshape(-1)[flat]):.6g}, expected {float(expected.double().reshape(-1)[flat]):.6g}), "
+        f"max error relative to the largest value = {rel:.3g}; tolerance rtol={rtol:g}, atol={atol:g}."
+    )
+
+
+def compare(
+    got: Any,
+    expected: torch.Tensor,
+    *,
+    what: str,
+    label: str,
+    context: Mapping | None = None,
+    mistakes: Mapping[str, torch.Tensor] | None = None,
+    check_dtype: bool = True,
+) -> None:
+    """Raise ExerciseError unless ``got`` matches ``expected``: type, then shape, dtype, values.
+
+    ``mistakes`` maps a hint to the value a typical wrong formula gives on the same
+    input; if ``got`` matches one of them, that hint is the one shown.
+    """
+    context = dict(context or {})
+    head = f"{what} is wrong for {label}."
+    if not isinstance(got, torch.Tensor):
+        extra = ""
+        if isinstance(got, (float, int)):
+            extra = " (a Python number: `.item()` or `float()` leaves the tensor world)"
+        raise ExerciseError(f"{head}\nExpected {_describe(expected)}, got {_describe(got)}{extra}.")
+    if got.shape != expected.shape:
+        raise ExerciseError(
+            f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\n"
+            f"Hint: {shape_hint(got, expected, context)}"
+        )
+    if check_dtype and got.dtype != expected.dtype:
+        raise ExerciseError(
+            f"{head}\nDtype: got {got.dtype}, expected {expected.dtype}. "
+            "Hint: keep the input's dtype (avoid torch.tensor(...) of Python floats or .float())."
+        )
+    got_values = got.detach()
+    if not torch.isfinite(got_values).all() and torch.isfinite(expected).all():
+        raise ExerciseError(f"{head}\nYour result contains inf or NaN where the reference is finite.")
+    rtol, atol = tolerance(expected.dtype)
+    if torch.allclose(got_values.double(), expected.double(), rtol=rtol, atol=atol):
+        return
+    report = _value_report(got_values, expected, rtol, atol)
+    hint = _matching_mistake(got_values, mistakes or {}, rtol, atol)
+    if hint is None and got.dim() >= 2 and got.shape[-1] == got.shape[-2]:
+        if torch.allclose(got_values.transpose(-1, -2).double(), expected.double(), rtol=rtol, atol=atol):
+            hint = "your result is the transpose of the right one: check which factor is transposed."
+    if hint is None:
+        hint = scale_hint(got_values, expected, context)
+    message = f"{head}\n{report}"
+    if hint:
+        message += f"\nHint: {hint}"
+    raise ExerciseError(message)
+
+
+def _matching_mistake(got: torch.Tensor, mistakes: Mapping[str, torch.Tensor], rtol: float, atol: float) -> str | None:
+    for hint, wrong in mistakes.items():
+        if isinstance(wrong, torch.Tensor) and wrong.shape == got.shape:
+            if torch.allclose(got.double(), wrong.detach().double(), rtol=rtol, atol=atol):
+                return hint
+    return None
+
+
+def check_function(
+    fn: Callable,
+    reference: Callable,
+    cases: Sequence[Case],
+    *,
+    name: str,
+    mistakes: Mapping[str, Callable] | None = None,
+    check_dtype: bool = True,
+) -> None:
+    """Run ``fn`` and ``reference`` on every case and compare; print ✓ or raise ExerciseError.
+
+    Inputs are cloned before each call, so a learner's in-place change cannot
+    alter the reference (and is reported if it happens). ``mistakes`` maps a hint
+    to a function with the reference's signature computing a typical wrong answer.
+    """
+    for case in cases:
+        expected = reference(*_clone(case.args))
+        learner_args = _clone(case.args)
+        got = call_learner(fn, learner_args, name, case.label)
+        _check_inputs_untouched(case.args, learner_args, name, case.label)
+        wrong = {hint: wrong_fn(*_clone(case.args)) for hint, wrong_fn in (mistakes or {}).items()}
+        compare(
+            got,
+            expected,
+            what=f"`{name}`",
+            label=case.label,
+            context=case.context,
+            mistakes=wrong,
+            check_dtype=check_dtype,
+        )
+    plural = "s" if len(cases) != 1 else ""
+    passed(f"{name} matches the reference on {len(cases)} input{plural}")
+
+
+def _clone(args: tuple) -> tuple:
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _check_inputs_untouched(original: tuple, used: tuple, name: str, label: str) -> None:
+    for before, after in zip(original, used):
+        if isinstance(before, torch.Tensor) and not torch.equal(before, after.detach()):
+            raise ExerciseError(
+                f"`{name}` changed its input in place for {label}. "
+                "Hint: an in-place op (`x *= ...`, `x.add_(...)`) modifies the caller's tensor; use `x = x * ...`."
+            )
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A CPU generator with a fixed seed, so every check sees the same inputs."""
+    return torch.Generator().manual_seed(seed)
