@@ -48,10 +48,11 @@ def tangent(fn: Fn, x0: float, h: float = 1e-6) -> Tangent:
     x = torch.tensor(float(x0), dtype=torch.float64, requires_grad=True)
     y = fn(x)
     (slope,) = torch.autograd.grad(y, x)
+    y = y.detach()
     with torch.no_grad():
         plus = fn(torch.tensor(x0 + h, dtype=torch.float64))
         minus = fn(torch.tensor(x0 - h, dtype=torch.float64))
-    return Tangent(float(x0), float(y), float(slope), float((plus - minus) / (2 * h)))
+    return Tangent(float(x0), y.item(), slope.item(), ((plus - minus) / (2 * h)).item())
 
 
 def curve(fn: Fn, lo: float, hi: float, points: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
