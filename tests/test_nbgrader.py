@@ -6,6 +6,7 @@ and nbgrader's student version must match our chapters/ cell for cell.
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ def nbgrader(course: Path, *args: str) -> str:
     run = subprocess.run(
         [str(GRADER_BIN / "nbgrader"), *args, "--course-dir", str(course)],
         cwd=course, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PATH=f"{GRADER_BIN}{os.pathsep}{os.environ['PATH']}"),  # nbgrader calls `alembic`
     )
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout + run.stderr
