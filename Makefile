@@ -13,7 +13,7 @@ help:
 	@echo "make lab      open JupyterLab on chapters/00_welcome.ipynb"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
-	@echo "make execute  re-execute solutions/ in place (authors), then release"
+	@echo "make execute  re-execute solutions/ in place (authors; NB=path for one), then release"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed, found " + sys.version.split()[0])'
@@ -53,9 +53,11 @@ test: $(VENV)/.installed-test $(GRADER)/.installed
 release: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.release
 
+# `make execute NB=solutions/01_graph.ipynb` re-executes one notebook; default: all of them.
+NB ?= solutions/[0-9][0-9]_*.ipynb
 execute: $(VENV)/.installed-runtime
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=300 solutions/[0-9][0-9]_*.ipynb
+	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=300 $(NB)
 	$(BIN)/python -m autogradlab.release
 
 clean:

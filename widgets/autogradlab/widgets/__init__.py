@@ -1,5 +1,24 @@
-"""ipywidgets views. A view composes controls and a picture and calls a model; no computation lives here."""
+"""ipywidgets views. A view composes controls and a picture and calls a model; no computation lives here.
 
-from autogradlab.widgets.tangent import TangentExplorer
+Views are imported lazily (``from autogradlab.widgets import GraphView`` loads only
+that module), so a chapter pays only for the views it uses.
+"""
 
-__all__ = ["TangentExplorer"]
+from importlib import import_module
+
+_VIEWS = {
+    "TangentExplorer": "tangent",
+    "GraphView": "graph_view",
+    "VJPExplorer": "vjp_explorer",
+    "TrainStepInspector": "train_step_inspector",
+    "AccumulationLab": "accumulation_lab",
+    "LossScaleLab": "loss_scale_lab",
+}
+
+__all__ = list(_VIEWS)
+
+
+def __getattr__(name: str):
+    if name not in _VIEWS:
+        raise AttributeError(f"module 'autogradlab.widgets' has no attribute {name!r}")
+    return getattr(import_module(f"autogradlab.widgets.{_VIEWS[name]}"), name)
