@@ -36,8 +36,10 @@ $(GRADER)/.installed: requirements-grader.txt $(VENV)/.installed-runtime
 	  > "$$($(GRADER)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/autogradlab-course.pth"
 	touch $@
 
+# LAB_ARGS passes options through, e.g. make lab LAB_ARGS="--no-browser --port 8899".
+LAB_ARGS ?=
 lab: $(VENV)/.installed-runtime
-	$(BIN)/jupyter lab chapters/00_welcome.ipynb
+	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/chapters/00_welcome.ipynb $(LAB_ARGS)
 
 # Tests keep Jupyter, IPython and matplotlib state inside the checkout, never in $HOME.
 test: export JUPYTER_CONFIG_DIR := $(LOCAL)/config
