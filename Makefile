@@ -17,7 +17,15 @@ help:
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed, found " + sys.version.split()[0])'
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || $(MAKE) --no-print-directory venv-without-ensurepip
+
+# Debian's python3 without the python3-venv package has no ensurepip: make the venv
+# without pip, then install pip into it from a wheel fetched by the system pip.
+.PHONY: venv-without-ensurepip
+venv-without-ensurepip:
+	rm -rf $(VENV) && $(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip download --quiet --no-deps --dest $(VENV)/bootstrap pip==26.3
+	$(BIN)/python "$$(ls $(VENV)/bootstrap/pip-*.whl)/pip" install --quiet --no-index "$$(ls $(VENV)/bootstrap/pip-*.whl)"
 
 $(VENV)/.installed-runtime: requirements.txt widgets/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt

@@ -183,6 +183,18 @@ def test_browser_runs_notebook(notebook, lab, page):
 
     saved = _save_and_read(page, root / notebook)
     assert not _errors_outside_expected_cells(saved), _errors_outside_expected_cells(saved)
+    if notebook.startswith("chapters/"):  # unsolved exercises: each check fails with a message
+        previous = None
+        for cell in saved.cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                names = [o.ename for o in cell.outputs if o.output_type == "error"]
+                stubbed_value = previous is not None and any(
+                    o.output_type == "error" and o.ename == "NotImplementedError" for o in previous.outputs
+                )  # a whole-cell stub defines nothing, so its check can only hit a NameError
+                allowed = (["ExerciseError"], ["NameError"]) if stubbed_value else (["ExerciseError"],)
+                assert names in allowed, f"check cell {cell.source[:60]!r} gave {names}"
+            if cell.cell_type == "code":
+                previous = cell
 
     outputs_text = " ".join(page.locator(".jp-OutputArea-output").all_text_contents())
     assert "Error displaying widget" not in outputs_text
