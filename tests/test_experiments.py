@@ -1,0 +1,244 @@
+"""autogradlab.experiments: every experiment's result record on the CPU (small sizes), and what it must show."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from autogradlab.experiments import (
+    EXPERIMENTS,
+    as_record,
+    fp16_fate,
+    largest_mlp_fraction,
+    run_accumulation,
+    run_amp,
+    run_checkpoint,
+    run_clip,
+    run_experiment,
+    run_inplace,
+    run_scaler,
+    run_underflow,
+    saved_activation_bytes,
+    table,
+)
+from autogradlab.experiments.amp import block_step_flops, mlp_step_flops
+from autogradlab.experiments.common import experiment_device, json_safe, mode_unavailable, resolve_preset
+
+
+def _json_roundtrip(result):
+    return json.loads(json.dumps(json_safe(as_record(result)), allow_nan=False))
+
+
+# ---- common ---------------------------------------------------------------------------------
+
+
+def test_presets_and_devices():
+    cpu = experiment_device("cpu")
+    assert resolve_preset("auto", cpu) == "cpu-small"
+    assert resolve_preset("auto", torch.device("cuda")) == "gpu-large"
+    with pytest.raises(ValueError, match="unknown preset"):
+        resolve_preset("huge", cpu)
+    assert mode_unavailable("tf32", cpu) == "TF32 is a CUDA tensor-core mode"
+    assert mode_unavailable("bf16", cpu) is None
+    with pytest.raises(ValueError, match="unknown precision mode"):
+        mode_unavailable("fp8", cpu)
+
+
+def test_unknown_experiment_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown experiment 'ampp'"):
+        run_experiment("ampp", device="cpu")
+
+
+def test_json_safe_replaces_non_finite():
+    assert json_safe({"a": [1.0, math.inf, math.nan], "b": (2,)}) == {"a": [1.0, None, None], "b": [2]}
+
+
+# ---- amp ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch,width,depth", [(2, 3, 1), (5, 4, 3)])
+def test_mlp_flops_count_matches_the_matmuls(batch, width, depth):
+    # forward + weight grad for every layer, input grad for all but the first
+    matmuls = depth + depth + (depth - 1)
+    assert mlp_step_flops(batch, width, depth) == matmuls * 2 * batch * width * width
+
+
+def test_block_flops():
+    b, s, d = 2, 8, 16
+    linear_forward = 2 * b * s * (3 * d * d + d * d + 4 * d * d + 4 * d * d)
+    attention_forward = 2 * 2 * b * s * s * d
+    assert block_step_flops(b, s, d) == 3 * (linear_forward + attention_forward)
+
+
+def test_amp_loss_curves_track_fp32():
+    result = run_amp("cpu", "cpu-small", modes=("fp32", "bf16", "fp16"), curve_steps=6, time_runs=False)
+    assert result.modes == ["fp32", "bf16", "fp16"] and result.skipped_modes == {}
+    for model in ("mlp", "block"):
+        curves = result.curves[model]
+        assert all(len(c) == 6 for c in curves.values())
+        assert curves["fp32"][-1] < curves["fp32"][0], "training lowers the loss"
+        assert result.curve_deviation[model]["fp32"] == 0.0
+        assert 0 < result.curve_deviation[model]["bf16"] < 0.05
+        assert 0 < result.curve_deviation[model]["fp16"] < 0.05
+    assert {r["model"] for r in result.rows} == {"mlp", "mlp-1", "block"}
+    assert all(r["step_ms"] is None for r in result.rows)
+
+
+def test_amp_timings_and_fraction_of_peak():
+    result = run_amp("cpu", "cpu-small", modes=("fp32", "tf32", "bf16"), curve_steps=2)
+    assert result.skipped_modes == {"tf32": "TF32 is a CUDA tensor-core mode"}
+    assert set(result.matmul_peak_tflops) == {"fp32", "bf16"}
+    for row in result.rows:
+        assert row["step_ms"] > 0 and row["tflops"] > 0
+        assert row["fraction_of_peak"] == pytest.approx(row["tflops"] / result.matmul_peak_tflops[row["mode"]])
+        assert row["peak_memory_bytes"] is None  # CPU: no allocator statistics
+    largest = max((r for r in result.rows if r["mode"] == "bf16" and r["model"].startswith("mlp")), key=lambda r: r["flops"])
+    assert largest_mlp_fraction(result) == largest["fraction_of_peak"]
+    assert largest_mlp_fraction(_json_roundtrip(result)) == pytest.approx(largest["fraction_of_peak"])
+    assert "fraction of matmul peak" in table("amp", result)
+
+
+def test_amp_needs_fp32_as_reference():
+    with pytest.raises(ValueError, match="include 'fp32'"):
+        run_amp("cpu", "cpu-small", modes=("bf16",), time_runs=False)
+
+
+# ---- underflow ------------------------------------------------------------------------------
+
+
+def test_fp16_fate_of_known_values():
+    fate = fp16_fate(torch.tensor([2.0**-26, 2.0**-20, 2.0**-10, 2.0**17]))
+    assert fate == {"zero": 0.25, "subnormal": 0.25, "normal": 0.25, "overflow": 0.25}
+    assert fp16_fate(torch.tensor([2.0**-26]), scale=2.0**10)["subnormal"] == 1.0
+
+
+def test_underflow_scaling_rescues_small_gradients():
+    result = run_underflow("cpu", "cpu-small")
+    unscaled, *scaled = result.rows
+    assert unscaled["scale"] == 1.0 and unscaled["flushed_fraction"] > 0.3, "without scaling many gradients flush to zero"
+    assert scaled[-1]["flushed_fraction"] < 0.01 and scaled[-1]["overflow_fraction"] == 0.0
+    assert unscaled["relative_error"] > 2 * scaled[-1]["relative_error"]
+    assert result.fp16_min_subnormal == 2.0**-24 and result.fp16_min_normal == 2.0**-14 and result.fp16_max == 65504.0
+    assert len(result.histogram_counts) == len(result.histogram_edges) - 1 and sum(result.histogram_counts) > 0
+    assert _json_roundtrip(result)["rows"][0]["scale"] == 1.0
+
+
+def test_underflow_too_large_scale_overflows():
+    result = run_underflow("cpu", "cpu-small", scales=(2.0**40,))
+    assert result.rows[0]["overflow_fraction"] > 0
+
+
+# ---- scaler ---------------------------------------------------------------------------------
+
+
+def test_scaler_skips_exactly_the_overflow_steps_and_halves_the_scale():
+    result = run_scaler("cpu", "cpu-small")
+    assert set(result.injected) <= set(result.skipped_steps)
+    assert result.optimizer_steps == result.iterations - len(result.skipped_steps)
+    for i, (before, after) in enumerate(zip(result.scale_before, result.scale_after)):
+        if i in result.skipped_steps:
+            assert after == before * result.backoff_factor
+        else:
+            assert after in (before, before * result.growth_factor)
+    assert result.scale_after[:-1] == result.scale_before[1:]
+
+
+def test_scaler_pitfall_scheduler_runs_ahead():
+    result = run_scaler("cpu", "cpu-small")
+    drift = [a - b for a, b in zip(result.lr_per_iteration, result.lr_per_real_step)]
+    assert max(drift) > 0, "stepping the scheduler on skipped steps moves it ahead"
+    assert result.skipped_steps[0] == 0 and any("lr_scheduler.step()" in w for w in result.scheduler_warnings)
+
+
+def test_scaler_custom_injection_and_bad_kind():
+    result = run_scaler("cpu", "cpu-small", inject=[(2, "nan")], steps=8)
+    assert 2 in result.skipped_steps and len(result.scale_before) == 8
+    with pytest.raises(ValueError, match="'inf' or 'nan'"):
+        run_scaler("cpu", "cpu-small", inject=[(1, "huge")])
+
+
+# ---- clip -----------------------------------------------------------------------------------
+
+
+def test_clip_before_unscale_shrinks_the_update_by_the_scale():
+    r = run_clip("cpu", "cpu-small")
+    assert r.norm_seen_after_unscale == pytest.approx(r.true_grad_norm, rel=1e-2)
+    assert r.norm_seen_before_unscale == pytest.approx(r.scale * r.true_grad_norm, rel=1e-2)
+    assert r.update_norm_right_order == pytest.approx(r.lr * r.max_norm, rel=1e-3)
+    assert r.update_norm_right_order == pytest.approx(r.update_norm_reference, rel=1e-2)
+    assert r.update_norm_right_order / r.update_norm_clip_before_unscale == pytest.approx(r.scale, rel=1e-3)
+    assert r.cosine_bug_vs_right == pytest.approx(1.0, abs=1e-6)
+    assert r.update_norm_no_clip > r.update_norm_right_order
+    assert "(bug)" in r.table()
+
+
+# ---- accumulation ---------------------------------------------------------------------------
+
+
+def test_accumulation_errors():
+    result = run_accumulation("cpu", "cpu-small", ks=(1, 4))
+    rows = {(r["mode"], r["k"]): r for r in result.rows}
+    assert rows[("fp32", 1)]["rel_error_vs_fp32_full"] == 0.0
+    assert rows[("fp32", 4)]["rel_error_vs_fp32_full"] < 1e-5
+    assert 1e-3 < rows[("bf16", 4)]["rel_error_vs_fp32_full"] < 0.1
+    assert rows[("fp32", 4)]["forgot_divide_norm_ratio"] == pytest.approx(4.0, rel=1e-5)
+    assert result.fp32_full_vs_fp64 < 1e-5
+    with pytest.raises(ValueError, match="not divisible"):
+        run_accumulation("cpu", "cpu-small", ks=(3,))
+
+
+# ---- inplace --------------------------------------------------------------------------------
+
+
+def test_inplace_cases():
+    result = run_inplace("cpu")
+    raised = [c["raised"] for c in result.cases]
+    assert raised == [True, True, False]
+    for case in result.cases[:2]:
+        assert "modified by an inplace operation" in case["message"]
+        assert case["version_at_backward"] == case["version_when_saved"] + 1
+    assert all(c["fix_matches_float64"] for c in result.cases)
+
+
+# ---- checkpoint -----------------------------------------------------------------------------
+
+
+def test_saved_activation_bytes_counts_each_storage_once_and_skips_params():
+    lin = torch.nn.Linear(3, 4)
+    x = torch.ones(2, 3)
+    # addmm saves x (2·3 floats) and a view of the weight (a parameter: skipped); relu saves its output (2·4)
+    got = saved_activation_bytes(lambda: torch.relu(lin(x)).sum(), params=list(lin.parameters()))
+    assert got["total"] == (6 + 8) * 4
+    # x saved twice (by two matmuls) is still one storage
+    w = torch.randn(3, 3, requires_grad=True)
+    assert saved_activation_bytes(lambda: (x @ w + x @ w).sum(), params=[w])["total"] == 6 * 4
+
+
+def test_checkpoint_prediction_scales_with_depth():
+    result = run_checkpoint("cpu", "cpu-small", depths=(1, 2, 4), time_runs=False)
+    rows = {(r["depth"], r["checkpoint"]): r for r in result.rows}
+    b, w, fp32 = result.batch, result.width, 4
+    per_block, block_input, loss_saves = 9 * b * w * fp32, b * w * fp32, b * w * fp32
+    for depth in (1, 2, 4):
+        assert rows[(depth, False)]["predicted_saved_bytes"] == depth * per_block + loss_saves
+        assert rows[(depth, True)]["predicted_saved_bytes"] == depth * block_input + loss_saves
+        assert rows[(depth, True)]["predicted_recompute_bytes"] == per_block
+        assert rows[(depth, False)]["measured_held_bytes"] is None  # CPU
+    assert "CPU" in result.measured_note
+
+
+def test_checkpoint_does_not_change_gradients():
+    from autogradlab.experiments.checkpoint import Stack
+
+    torch.manual_seed(0)
+    model = Stack(8, 3)
+    x = torch.randn(5, 8)
+    plain = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    model.use_checkpoint = True
+    ckpt = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    assert all(torch.allclose(a, b) for a, b in zip(plain, ckpt))
+
+
+def test_every_experiment_is_registered_with_a_table():
+    assert list(EXPERIMENTS) == ["amp", "underflow", "scaler", "clip", "accumulation", "inplace", "checkpoint"]

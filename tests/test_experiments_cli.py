@@ -1,0 +1,66 @@
+"""The experiments CLI (header, JSON, tables) and the loader for recorded results."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autogradlab.experiments.__main__ import main
+from autogradlab.experiments.recorded import describe, latest_recorded, load_results, recorded_files
+
+
+def test_cli_writes_header_and_results(tmp_path, capsys):
+    out = tmp_path / "cpu_test.json"
+    assert main(["scaler", "--device", "cpu", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    head = data["header"]
+    assert head["device"] == "cpu" and head["preset"] == "cpu-small" and head["torch"]
+    assert head["command"] == f"python -m autogradlab.experiments scaler --device cpu --out {out}"
+    assert head["date"].endswith("+00:00")
+    assert head["load_average_1min"] >= 0 and head["cpu_threads"] >= 1
+    assert set(data["results"]) == {"scaler"} and data["results"]["scaler"]["skipped_steps"]
+    printed = capsys.readouterr().out
+    assert "## scaler" in printed and "| step |" in printed
+
+
+def test_cli_rejects_unknown_device_and_experiment(capsys):
+    assert main(["inplace", "--device", "tpu"]) == 2
+    assert "unknown device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["nonsense"])
+
+
+def test_module_entry_point_runs(tmp_path):
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "autogradlab.experiments", "inplace", "--device", "cpu", "--quiet", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert load_results(out).results["inplace"]["cases"][0]["raised"] is True
+
+
+def test_recorded_loader_picks_latest_and_describes_it(tmp_path):
+    for name, date in (("gpu_a.json", "2026-01-01T00:00:00+00:00"), ("gpu_b.json", "2026-02-01T10:30:00+00:00")):
+        header = {"device": "cuda", "device_name": "NVIDIA X", "torch": "2.13.0", "date": date, "command": "c", "preset": "gpu-large"}
+        (tmp_path / name).write_text(json.dumps({"header": header, "results": {"clip": {}}}))
+    (tmp_path / "cpu_a.json").write_text(json.dumps({"header": {}, "results": {}}))
+    assert [p.name for p in recorded_files("gpu", tmp_path)] == ["gpu_a.json", "gpu_b.json"]
+    latest = latest_recorded("gpu", tmp_path)
+    assert latest.path.name == "gpu_b.json"
+    assert latest.describe() == "measured on NVIDIA X (cuda) · torch 2.13.0 · 2026-02-01 10:30 UTC · preset gpu-large · `c`"
+    assert latest_recorded("tpu", tmp_path) is None
+    with pytest.raises(ValueError, match="header lacks"):
+        latest_recorded("cpu", tmp_path)
+
+
+def test_loader_rejects_files_without_header(tmp_path):
+    path = tmp_path / "gpu_bad.json"
+    path.write_text(json.dumps({"results": {}}))
+    with pytest.raises(ValueError, match="needs 'header' and 'results'"):
+        load_results(path)
+
+
+def test_describe_tolerates_missing_fields():
+    assert describe({}).startswith("measured on ? (?)")

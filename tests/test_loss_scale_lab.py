@@ -1,0 +1,49 @@
+"""LossScaleLab (view): controls re-run the simulation and redraw; repr is short; bad input is shown, not raised."""
+
+import torch
+
+from autogradlab.loss_scale import scale_trace
+from autogradlab.widgets import LossScaleLab
+
+
+def test_lab_draws_and_reads_out():
+    lab = LossScaleLab(steps=400)
+    assert bytes(lab.picture.value).startswith(b"\x89PNG")
+    assert "skipped" in lab.readout.value and "flush to 0" in lab.readout.value
+    assert len(lab.trace.scales) == 400
+
+
+def test_controls_rerun_the_simulation():
+    lab = LossScaleLab(steps=400, growth_interval=50)
+    first_png, first_trace = bytes(lab.picture.value), lab.trace
+    assert first_trace.skipped_steps == [] and first_trace.final_scale == 2.0 ** (16 + 8)
+    lab.overflow_rate.value = 0.03
+    assert lab.trace.skipped_steps and bytes(lab.picture.value) != first_png
+    # the view's trace is the model's rule applied to the same overflow sequence
+    expected = scale_trace(lab.trace.overflows, init_scale=2.0**16, growth_interval=50, backoff_factor=0.5)
+    assert lab.trace.scales == expected.scales
+    lab.init_scale.value = 4
+    assert lab.trace.scales[0] == 16.0
+    lab.backoff.value = 0.25
+    skipped = lab.trace.skipped_steps[0]
+    assert lab.trace.scales[skipped + 1] == lab.trace.scales[skipped] * 0.25
+    lab.growth_interval.value = 1
+    assert f"{lab.trace.final_scale:g}" != ""
+
+
+def test_large_initial_scale_overflows_naturally():
+    grads = torch.tensor([1e-3, 1e-6, 0.5])
+    lab = LossScaleLab(grads=grads, steps=50, init_scale_log2=24)
+    # 0.5 · 2**17 = 65536 is inf in fp16 (max 65504): the scaler halves from 2**24 until 0.5 · 2**16 = 32768 fits
+    assert lab.trace.skipped_steps[:9] == list(range(8)) and lab.trace.scales[8] == 2.0**16
+
+
+def test_repr_is_short_and_stable():
+    assert repr(LossScaleLab(steps=10)) == "LossScaleLab(init_scale=2**16, growth_interval=100, backoff=0.5, overflow_rate=0)"
+
+
+def test_needs_nonzero_gradients():
+    import pytest
+
+    with pytest.raises(ValueError, match="nonzero"):
+        LossScaleLab(grads=torch.zeros(4))

@@ -1,0 +1,77 @@
+"""GPU (or CPU) experiments on mixed precision and memory, each returning a plain result record.
+
+Every experiment is a function ``run_NAME(device="auto", preset="auto", ...)``
+returning a dataclass; ``as_record`` turns it into the dict stored in JSON, and
+each result has ``.table()`` (Markdown). Run them all from a shell with tqdm
+progress and a JSON file whose header says where and when they ran::
+
+    python -m autogradlab.experiments all --device auto --out results.json
+
+>>> from autogradlab.experiments import EXPERIMENTS, run_experiment
+>>> sorted(EXPERIMENTS)
+['accumulation', 'amp', 'checkpoint', 'clip', 'inplace', 'scaler', 'underflow']
+>>> run_experiment("inplace", device="cpu").cases[0]["raised"]
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from autogradlab.experiments.accumulation import AccumulationResult, accumulation_table, run_accumulation
+from autogradlab.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
+from autogradlab.experiments.checkpoint import CheckpointResult, checkpoint_table, run_checkpoint, saved_activation_bytes
+from autogradlab.experiments.clip import ClipResult, clip_table, run_clip
+from autogradlab.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
+from autogradlab.experiments.inplace import InplaceResult, inplace_table, run_inplace
+from autogradlab.experiments.recorded import Recorded, latest_recorded, load_results, recorded_files
+from autogradlab.experiments.scaler import ScalerResult, run_scaler, scaler_table
+from autogradlab.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
+
+# In the order the chapter meets them (and the CLI runs them).
+EXPERIMENTS: dict[str, Callable[..., Any]] = {
+    "amp": run_amp,
+    "underflow": run_underflow,
+    "scaler": run_scaler,
+    "clip": run_clip,
+    "accumulation": run_accumulation,
+    "inplace": run_inplace,
+    "checkpoint": run_checkpoint,
+}
+
+TABLES: dict[str, Callable[[Any], str]] = {
+    "amp": amp_table,
+    "underflow": underflow_table,
+    "scaler": scaler_table,
+    "clip": clip_table,
+    "accumulation": accumulation_table,
+    "inplace": inplace_table,
+    "checkpoint": checkpoint_table,
+}
+
+
+def run_experiment(name: str, device="auto", preset: str = "auto", **options) -> Any:
+    """Run one experiment by name; a typo gets a ValueError listing the names."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}: choose one of {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name](device, preset, **options)
+
+
+def table(name: str, result: Any) -> str:
+    """The Markdown table of a result of experiment ``name`` (live dataclass or dict from JSON).
+
+    >>> table("inplace", run_inplace("cpu")).splitlines()[0].startswith("| case |")
+    True
+    """
+    if name not in TABLES:
+        raise ValueError(f"unknown experiment {name!r}: choose one of {', '.join(TABLES)}")
+    return TABLES[name](as_record(result))
+
+
+__all__ = [
+    "EXPERIMENTS", "PRESETS", "AccumulationResult", "AmpResult", "CheckpointResult", "ClipResult", "InplaceResult",
+    "Recorded", "ScalerResult", "UnderflowResult", "as_record", "experiment_device", "fp16_fate", "header",
+    "largest_mlp_fraction", "latest_recorded", "load_results", "recorded_files", "resolve_preset", "run_accumulation",
+    "run_amp", "run_checkpoint", "run_clip", "run_experiment", "run_inplace", "run_scaler", "run_underflow",
+    "saved_activation_bytes", "table",
+]

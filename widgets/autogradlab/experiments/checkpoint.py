@@ -1,0 +1,190 @@
+"""checkpoint: activation memory vs recompute time with ``torch.utils.checkpoint`` over depth.
+
+The bytes autograd saves for backward are *predicted* from the graph: a
+``torch.autograd.graph.saved_tensors_hooks`` pack hook sees every tensor saved
+during the forward pass (we count each storage once and skip parameters). With
+every block checkpointed, only each block's input is kept; one block's
+activations come back, recomputed, during backward. On CUDA the prediction is
+compared with the memory the allocator really holds after the forward pass.
+
+>>> from autogradlab.experiments.checkpoint import saved_activation_bytes
+>>> import torch
+>>> w = torch.nn.Linear(3, 4)
+>>> saved_activation_bytes(lambda: torch.relu(w(torch.ones(2, 3))).sum(), params=list(w.parameters()))["total"]
+56
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from autogradlab.experiments.common import experiment_device, markdown_table, progress, resolve_preset, synchronize, time_call
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    batch: int
+    width: int
+    depths: tuple[int, ...]
+    min_run_time: float
+
+
+SIZES = {
+    "cpu-small": CheckpointConfig(batch=64, width=128, depths=(1, 2, 4, 8), min_run_time=0.05),
+    "medium": CheckpointConfig(batch=1024, width=512, depths=(2, 4, 8, 16), min_run_time=0.2),
+    "gpu-large": CheckpointConfig(batch=8192, width=1024, depths=(2, 4, 8, 16, 32), min_run_time=0.5),
+}
+
+
+class ResidualMLP(torch.nn.Module):
+    """x + down(gelu(up(x))): saves x, up's output and gelu's output, 1 + 4 + 4 = 9 activations of B×W."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Stack(torch.nn.Module):
+    """``depth`` residual blocks, each optionally run under ``torch.utils.checkpoint``."""
+
+    def __init__(self, width: int, depth: int, use_checkpoint: bool = False):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(ResidualMLP(width) for _ in range(depth))
+        self.use_checkpoint = use_checkpoint
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.use_checkpoint else block(x)
+        return x
+
+
+def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), blocks=()) -> dict:
+    """Run ``forward()`` with a pack hook and count the bytes autograd saves for backward.
+
+    Each storage is counted once (views of one tensor share memory) and parameter
+    storages are skipped (they exist anyway). Returns ``total``, the bytes per
+    block in ``blocks`` (``per_block``), the bytes of each block's input
+    (``block_inputs``) and the bytes saved outside any block (``outside``).
+    """
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[int, tuple[int, int | None]] = {}  # storage ptr -> (bytes, block index)
+    inputs: dict[int, int] = {}
+    current: list[int | None] = [None]
+    handles = []
+    for i, block in enumerate(blocks):
+        def enter(_m, args, i=i):
+            current[0] = i
+            inputs[args[0].untyped_storage().data_ptr()] = args[0].untyped_storage().nbytes()
+
+        handles.append(block.register_forward_pre_hook(enter))
+        handles.append(block.register_forward_hook(lambda *_: current.__setitem__(0, None)))
+
+    def pack(t: torch.Tensor):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs and ptr not in seen:
+            seen[ptr] = (t.untyped_storage().nbytes(), current[0])
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward()
+    finally:
+        for h in handles:
+            h.remove()
+    per_block = [sum(b for b, where in seen.values() if where == i) for i in range(len(blocks))]
+    return {
+        "total": sum(b for b, _ in seen.values()),
+        "per_block": per_block,
+        "block_inputs": sum(inputs.values()),
+        "outside": sum(b for b, where in seen.values() if where is None),
+        "output": out,
+    }
+
+
+@dataclass
+class CheckpointResult:
+    """Per (depth, checkpointed?): predicted saved bytes, measured bytes held (CUDA), peak, step time."""
+
+    device: str
+    preset: str
+    batch: int
+    width: int
+    rows: list[dict] = field(default_factory=list)
+    measured_note: str = ""
+
+    def table(self) -> str:
+        return checkpoint_table(self)
+
+
+def checkpoint_table(result) -> str:
+    """Markdown table of a checkpoint result (live or loaded from JSON)."""
+    rec = result if isinstance(result, dict) else result.__dict__
+    mib = lambda b: None if b is None else b / 2**20  # noqa: E731
+    rows = [[r["depth"], "yes" if r["checkpoint"] else "no", mib(r["predicted_saved_bytes"]), mib(r["measured_held_bytes"]),
+             mib(r["measured_peak_bytes"]), r["step_ms"]] for r in rec["rows"]]
+    head = ["depth", "checkpoint", "predicted saved MiB", "measured held MiB", "measured peak MiB", "fwd+bwd ms"]
+    return markdown_table(head, rows)
+
+
+def _loss(model, x):
+    return model(x).square().mean()
+
+
+def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_runs: bool = True, progress_bar: bool = False) -> CheckpointResult:
+    """For each depth: predict saved bytes from the graph, measure them on CUDA, time forward+backward."""
+    device = experiment_device(device)
+    preset = resolve_preset(preset, device)
+    cfg = SIZES[preset]
+    depths = cfg.depths if depths is None else tuple(depths)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(cfg.batch, cfg.width, device=device, generator=gen)
+    note = ("measured = torch.cuda.memory_allocated after forward minus before (held), and max_memory_allocated during "
+            "forward+backward minus before (peak)") if device.type == "cuda" else \
+        "no allocator statistics on the CPU: measured columns need CUDA"
+    result = CheckpointResult(device.type, preset, cfg.batch, cfg.width, measured_note=note)
+    work = [(d, c) for d in depths for c in (False, True)]
+    for depth, use_ckpt in progress(work, desc="checkpoint", enabled=progress_bar):
+        torch.manual_seed(1)
+        model = Stack(cfg.width, depth, use_checkpoint=False).to(device)
+        params = list(model.parameters())
+        graph = saved_activation_bytes(lambda: _loss(model, x), params=params, blocks=list(model.blocks))
+        del graph["output"]
+        # with every block checkpointed, the blocks' inputs stay and one block is recomputed at a time
+        predicted = graph["block_inputs"] + graph["outside"] if use_ckpt else graph["total"]
+        model.use_checkpoint = use_ckpt
+        held = peak = None
+        if device.type == "cuda":
+            model.zero_grad(set_to_none=True)
+            synchronize(device)
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            loss = _loss(model, x)
+            synchronize(device)
+            held = torch.cuda.memory_allocated(device) - before
+            loss.backward()
+            synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device) - before
+            del loss
+            model.zero_grad(set_to_none=True)
+
+        def fwd_bwd():
+            model.zero_grad(set_to_none=True)
+            _loss(model, x).backward()
+
+        step_ms = time_call(fwd_bwd, device, cfg.min_run_time) * 1e3 if time_runs else None
+        result.rows.append({
+            "depth": depth, "checkpoint": use_ckpt, "predicted_saved_bytes": int(predicted),
+            "predicted_recompute_bytes": int(max(graph["per_block"], default=0)) if use_ckpt else 0,
+            "measured_held_bytes": held, "measured_peak_bytes": peak, "step_ms": step_ms,
+        })
+        del model, params
+    return result
