@@ -124,3 +124,68 @@ def test_check_function_prints_one_check_line(capsys):
 def test_exercise_error_renders_compactly_in_ipython():
     lines = ExerciseError("wrong")._render_traceback_()
     assert len(lines) == 1 and "wrong" in lines[0]
+
+
+def test_known_mistake_with_a_wrong_shape_wins_over_generic_shape_hint():
+    expected = torch.randn(4, dtype=torch.float64)
+    grads = torch.randn(3, 4, dtype=torch.float64)
+    expect_hint(grads.sum(1), grads.sum(0), "summed the wrong dim", mistakes={"summed the wrong dim": grads.sum(1)})
+    expect_hint(torch.randn(3, dtype=torch.float64), expected, "compare the shapes")
+
+
+def _pair_cases():
+    return [Case((torch.arange(3.0, dtype=torch.float64) + 1,), "x = [1, 2, 3]")]
+
+
+def test_check_function_outputs_names_the_wrong_output_and_its_mistake():
+    from autogradlab.checks.core import check_function_outputs
+
+    reference = lambda x: (x * 2, x.sum())  # noqa: E731
+    mistakes = {"the sum was meant, not the mean": lambda x: (x * 2, x.mean())}
+    with pytest.raises(ExerciseError) as info:
+        check_function_outputs(lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"),
+                               mistakes=mistakes)
+    assert "`s` from `f`" in str(info.value) and "the sum was meant" in str(info.value)
+
+
+def test_check_function_outputs_accepts_dicts_and_explains_bad_returns(capsys):
+    from autogradlab.checks.core import check_function_outputs
+
+    reference = lambda x: (x * 2, x.sum())  # noqa: E731
+    check_function_outputs(lambda x: {"s": x.sum(), "d": x + x}, reference, _pair_cases(), name="f", outputs=("d", "s"))
+    assert capsys.readouterr().out == "✓ f matches the reference on 1 input (outputs d, s)\n"
+    with pytest.raises(ExerciseError, match="returned 1 values; expected 2 values"):
+        check_function_outputs(lambda x: (x,), reference, _pair_cases(), name="f", outputs=("d", "s"))
+    with pytest.raises(ExerciseError, match="as a tuple"):
+        check_function_outputs(lambda x: x, reference, _pair_cases(), name="f", outputs=("d", "s"))
+
+
+def test_check_function_outputs_adds_the_error_hint_when_the_learner_raises():
+    from autogradlab.checks.core import check_function_outputs
+
+    def bad(x):
+        return x @ torch.ones(2, 2, dtype=x.dtype), x
+
+    with pytest.raises(ExerciseError) as info:
+        check_function_outputs(bad, lambda x: (x, x), _pair_cases(), name="f", outputs=("a", "b"),
+                               error_hint="reason with shapes")
+    assert "raised RuntimeError" in str(info.value) and "Hint: reason with shapes" in str(info.value)
+
+
+def test_check_function_adds_the_error_hint_only_when_the_learner_raises():
+    cases = [Case((torch.arange(3.0),), "x")]
+    with pytest.raises(ExerciseError) as info:
+        check_function(lambda x: x @ torch.ones(2), lambda x: x, cases, name="f", error_hint="mind the shapes")
+    assert "Hint: mind the shapes" in str(info.value)
+    with pytest.raises(ExerciseError) as info:
+        check_function(lambda x: 3 * x, lambda x: x, cases, name="f", error_hint="mind the shapes")
+    assert "mind the shapes" not in str(info.value)
+
+
+def test_learner_line_skips_frames_inside_torch():
+    def no_graph(x):
+        return torch.autograd.grad(x.sum(), x)  # x does not require grad: raises inside torch
+
+    with pytest.raises(ExerciseError) as info:
+        call_learner(no_graph, (torch.ones(2),), "no_graph", "x")
+    assert "torch.autograd.grad(x.sum(), x)" in str(info.value)

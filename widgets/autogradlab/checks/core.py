@@ -26,6 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# torch's own frames (e.g. inside torch.autograd.grad) are never the learner's line.
+_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)),)
 
 
 class ExerciseError(Exception):
@@ -73,8 +75,11 @@ def passed(message: str) -> None:
 
 
 def _learner_line(exc: BaseException) -> str:
-    """The last line of the learner's code (outside this package) in the traceback."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    """The last line of the learner's code (outside this package and installed libraries) in the traceback."""
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(_PACKAGE_DIR) and not f.filename.startswith(_LIBRARY_DIRS)
+    ]
     if not frames:
         return ""
     last = frames[-1]
@@ -188,9 +193,11 @@ def compare(
             extra = " (a Python number: `.item()` or `float()` leaves the tensor world)"
         raise ExerciseError(f"{head}\nExpected {_describe(expected)}, got {_describe(got)}{extra}.")
     if got.shape != expected.shape:
+        rtol, atol = tolerance(expected.dtype)
+        # A known wrong formula often has its own wrong shape (a sum over the wrong dim).
+        hint = _matching_mistake(got.detach(), mistakes or {}, rtol, atol) or shape_hint(got, expected, context)
         raise ExerciseError(
-            f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\n"
-            f"Hint: {shape_hint(got, expected, context)}"
+            f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\nHint: {hint}"
         )
     if check_dtype and got.dtype != expected.dtype:
         raise ExerciseError(
@@ -232,17 +239,19 @@ def check_function(
     name: str,
     mistakes: Mapping[str, Callable] | None = None,
     check_dtype: bool = True,
+    error_hint: str | None = None,
 ) -> None:
     """Run ``fn`` and ``reference`` on every case and compare; print ✓ or raise ExerciseError.
 
     Inputs are cloned before each call, so a learner's in-place change cannot
     alter the reference (and is reported if it happens). ``mistakes`` maps a hint
     to a function with the reference's signature computing a typical wrong answer.
+    ``error_hint`` is added to the message when the learner's function raises.
     """
     for case in cases:
         expected = reference(*_clone(case.args))
         learner_args = _clone(case.args)
-        got = call_learner(fn, learner_args, name, case.label)
+        got = _call_with_hint(fn, learner_args, name, case.label, error_hint)
         _check_inputs_untouched(case.args, learner_args, name, case.label)
         wrong = {hint: wrong_fn(*_clone(case.args)) for hint, wrong_fn in (mistakes or {}).items()}
         compare(
@@ -256,6 +265,76 @@ def check_function(
         )
     plural = "s" if len(cases) != 1 else ""
     passed(f"{name} matches the reference on {len(cases)} input{plural}")
+
+
+def check_function_outputs(
+    fn: Callable,
+    reference: Callable,
+    cases: Sequence[Case],
+    *,
+    name: str,
+    outputs: Sequence[str],
+    mistakes: Mapping[str, Callable] | None = None,
+    error_hint: str | None = None,
+    check_dtype: bool = True,
+) -> None:
+    """Like :func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``.
+
+    Each output is compared on its own, so the message names the wrong one.
+    ``mistakes`` maps a hint to a function returning the whole wrong tuple;
+    ``error_hint`` is added when the learner's function raises (typically a
+    shape error inside a matmul).
+
+    >>> import torch
+    >>> cases = [Case((torch.arange(3.0),), "x = arange(3)")]
+    >>> check_function_outputs(lambda x: (x, 2 * x), lambda x: (x, x + x), cases, name="pair", outputs=("a", "b"))
+    ✓ pair matches the reference on 1 input (outputs a, b)
+    """
+    outputs = tuple(outputs)
+    for case in cases:
+        expected = tuple(reference(*_clone(case.args)))
+        learner_args = _clone(case.args)
+        got = _call_with_hint(fn, learner_args, name, case.label, error_hint)
+        _check_inputs_untouched(case.args, learner_args, name, case.label)
+        got = _as_outputs(got, outputs, name)
+        wrong = {hint: tuple(wrong_fn(*_clone(case.args))) for hint, wrong_fn in (mistakes or {}).items()}
+        for i, output in enumerate(outputs):
+            compare(
+                got[i],
+                expected[i],
+                what=f"`{output}` from `{name}`",
+                label=case.label,
+                context=case.context,
+                mistakes={hint: values[i] for hint, values in wrong.items()},
+                check_dtype=check_dtype,
+            )
+    plural = "s" if len(cases) != 1 else ""
+    passed(f"{name} matches the reference on {len(cases)} input{plural} (outputs {', '.join(outputs)})")
+
+
+def _call_with_hint(fn: Callable, args: tuple, name: str, label: str, error_hint: str | None) -> Any:
+    """call_learner, adding ``error_hint`` when the learner's own code raised."""
+    try:
+        return call_learner(fn, args, name, label)
+    except ExerciseError as error:
+        if error_hint and " raised " in str(error):
+            raise ExerciseError(f"{error}\nHint: {error_hint}") from None
+        raise
+
+
+def _as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
+    """The learner's tuple/list (or dict keyed by the output names) as a tuple in ``outputs`` order."""
+    wanted = f"{len(outputs)} values ({', '.join(outputs)})"
+    if isinstance(got, Mapping):
+        missing = [key for key in outputs if key not in got]
+        if missing:
+            raise ExerciseError(f"`{name}` returned a dict without the key(s) {missing}; expected {wanted}.")
+        return tuple(got[key] for key in outputs)
+    if not isinstance(got, (tuple, list)):
+        raise ExerciseError(f"`{name}` should return {wanted} as a tuple, but it returned {_describe(got)}.")
+    if len(got) != len(outputs):
+        raise ExerciseError(f"`{name}` returned {len(got)} values; expected {wanted}, in that order.")
+    return tuple(got)
 
 
 def _clone(args: tuple) -> tuple:

@@ -1,0 +1,79 @@
+"""The VJPExplorer view: controls redraw, invalid choices show a message, the repr is stable."""
+
+import pytest
+
+from autogradlab.vjp import explore
+from autogradlab.widgets import VJPExplorer
+
+
+@pytest.fixture(scope="module")
+def view():
+    return VJPExplorer(op="softmax")
+
+
+def test_first_draw_shows_jacobian_and_difference(view):
+    assert bytes(view.picture.value).startswith(b"\x89PNG")
+    assert "Jacobian 6 × 6" in view.readout.value and "max |vᵀJ − autograd|" in view.readout.value
+    assert view.message.value == ""
+
+
+def test_changing_op_resets_shapes_and_shows_its_inputs():
+    view = VJPExplorer(op="relu")
+    assert view.shape_boxes[1].layout.display == "none" and view.wrt_picker.layout.display == "none"
+    view.op_picker.value = "matmul"
+    assert [b.value for b in view.shape_boxes] == ["2, 3", "3, 4"]
+    assert view.shape_boxes[1].layout.display is None and list(view.wrt_picker.options) == ["X", "W"]
+    assert view.dim_picker.layout.display == "none"
+    view.wrt_picker.value = "W"
+    assert "Jacobian 8 × 12" in view.readout.value
+    view.op_picker.value = "sum over a dim"
+    assert view.dim_picker.layout.display is None and view.wrt_picker.value == "x"
+
+
+def test_controls_redraw_and_readout_matches_the_model():
+    view = VJPExplorer(op="broadcasting add", wrt="b")
+    before = bytes(view.picture.value)
+    view.shape_boxes[1].value = "3, 1"
+    assert bytes(view.picture.value) != before and "b (3, 1)" in view.readout.value
+    difference = explore("broadcasting add", [(3, 4), (3, 1)], wrt="b").difference
+    assert f"{difference:.1e}" in view.readout.value
+    view.v_picker.value = "one-hot"
+    assert view.index_box.layout.display is None
+    view.index_box.value = 5
+    assert "Jacobian 12 × 3" in view.readout.value
+
+
+@pytest.mark.parametrize(
+    "setup, fragment",
+    [
+        (lambda v: setattr(v.shape_boxes[0], "value", "2, 7"), "between 1 and 6"),
+        (lambda v: setattr(v.shape_boxes[0], "value", "two"), "cannot read the shape"),
+        (lambda v: setattr(v.dim_picker, "value", 2), "dim=2 does not exist"),
+        (lambda v: (setattr(v.v_picker, "value", "one-hot"), setattr(v.index_box, "value", 20)), "one-hot index 20"),
+    ],
+)
+def test_invalid_choices_show_a_message_not_a_traceback(setup, fragment):
+    view = VJPExplorer(op="softmax")
+    setup(view)
+    assert fragment in view.message.value and "⚠" in view.message.value
+    assert view.picture.layout.display == "none" and view.readout.value == ""
+    view.v_picker.value = "random"
+    view.op_picker.value = "relu"  # a valid choice brings the picture back
+    assert view.message.value == "" and view.picture.layout.display is None
+
+
+def test_mismatched_matmul_names_the_dims():
+    view = VJPExplorer(op="matmul")
+    view.shape_boxes[1].value = "4, 2"
+    assert "X&#x27;s last dim (3)" in view.message.value or "X's last dim (3)" in view.message.value
+
+
+def test_large_shapes_draw_without_annotations():
+    view = VJPExplorer(op="layer norm", shapes=[(4, 6)])
+    assert "Jacobian 24 × 24" in view.readout.value
+
+
+def test_repr_is_short_and_stable(view):
+    assert repr(view) == "VJPExplorer(op='softmax', wrt='x', v='random')"
+    with pytest.raises(ValueError, match="unknown op"):
+        VJPExplorer(op="conv")
