@@ -1,0 +1,42 @@
+"""AccumulationLab: controls redraw through the model; repr stays short and stable."""
+
+import pytest
+
+from autogradlab.widgets import AccumulationLab
+
+
+def test_initial_state_and_repr():
+    lab = AccumulationLab()
+    assert repr(lab) == "AccumulationLab(K=4, reduction='mean', spread=0.5, dtype='float32')"
+    assert "relative error" in lab.readout.value and lab.picture.value[:4] == b"\x89PNG"
+    assert list(lab.k.options) == [1, 2, 3, 4, 6, 8, 12, 16]
+
+
+def test_controls_change_the_readout():
+    lab = AccumulationLab(reduction="token-mean", dtype="float64")
+    assert "factor 1.00" in lab.readout.value
+    exact = lab.readout.value
+    lab.reduction.value = "mean (no ÷K)"
+    assert "factor 4.00" in lab.readout.value
+    lab.k.value = 8
+    assert "factor 8.00" in lab.readout.value and "K = 8" in lab.readout.value
+    lab.reduction.value = "token-mean"
+    lab.k.value = 4
+    assert lab.readout.value == exact
+
+
+def test_spread_zero_makes_equal_micro_batches():
+    lab = AccumulationLab(spread=0.0, dtype="float64")
+    assert "Loss tokens per micro-batch: 192, 192, 192, 192 (window: 768)" in lab.readout.value
+
+
+def test_results_are_cached_per_setting():
+    lab = AccumulationLab()
+    lab.k.value = 8
+    lab.k.value = 2
+    assert len(lab._cache) == 1
+
+
+def test_bad_reduction_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown reduction"):
+        AccumulationLab(reduction="median")

@@ -1,0 +1,201 @@
+"""Gradient accumulation experiments on variable-length token batches (chapter 07's model).
+
+A batch of N sequences is split into K micro-batches. Each micro-batch's loss is
+backpropagated and the gradients add up in ``.grad``. Whether the sum equals the
+gradient of the full batch depends on how each micro-batch loss is reduced:
+
+- ``"sum"``: sum of token losses, no division. Equals the full-batch *sum* exactly.
+- ``"mean"``: the micro-batch's own token mean, divided by K. Equals the full-batch
+  token mean only when every micro-batch has the same number of loss tokens.
+- ``"mean (no ÷K)"``: the micro-batch's token mean, *not* divided by K: K× too large.
+- ``"token-mean"``: sum of token losses divided by the token count of the whole
+  window (counted before the loop). Equals the full-batch token mean exactly.
+
+>>> batch = token_batch(n_seqs=8, spread=0.0)
+>>> r = accumulation_error(batch, accum_steps=4, reduction="mean (no ÷K)")
+>>> round(r.lr_factor, 6)
+4.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+REDUCTIONS = ("sum", "mean", "mean (no ÷K)", "token-mean")
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Sequences of token features and targets; ``mask`` marks the tokens the loss counts (the response)."""
+
+    features: torch.Tensor  # (N, T, dim)
+    targets: torch.Tensor  # (N, T) class indices
+    mask: torch.Tensor  # (N, T) bool
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+    def slice(self, start: int, stop: int) -> "TokenBatch":
+        return TokenBatch(self.features[start:stop], self.targets[start:stop], self.mask[start:stop])
+
+    @property
+    def tokens(self) -> int:
+        """Number of loss tokens."""
+        return int(self.mask.sum())
+
+
+def token_batch(
+    n_seqs: int = 48, spread: float = 0.5, mean_len: int = 16, dim: int = 8, vocab: int = 5, seed: int = 0
+) -> TokenBatch:
+    """A random batch whose response lengths vary uniformly in mean_len·(1 ± spread).
+
+    ``spread = 0``: every sequence has ``mean_len`` loss tokens; ``spread = 1``:
+    lengths from 1 to 2·mean_len.
+
+    >>> token_batch(n_seqs=4, spread=0.0, mean_len=3).mask.sum(dim=1).tolist()
+    [3, 3, 3, 3]
+    """
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"spread must be between 0 and 1, got {spread}")
+    if n_seqs < 1 or mean_len < 1:
+        raise ValueError(f"need n_seqs >= 1 and mean_len >= 1, got {n_seqs}, {mean_len}")
+    gen = torch.Generator().manual_seed(seed)
+    max_len = 2 * mean_len
+    u = torch.rand(n_seqs, generator=gen, dtype=torch.float64) * 2 - 1
+    lengths = (mean_len * (1 + spread * u)).round().clamp(1, max_len).long()
+    mask = torch.arange(max_len)[None, :] < lengths[:, None]
+    features = torch.randn(n_seqs, max_len, dim, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, vocab, (n_seqs, max_len), generator=gen)
+    return TokenBatch(features, targets, mask)
+
+
+def token_model(dim: int = 8, vocab: int = 5, seed: int = 0) -> torch.nn.Module:
+    """A small per-token classifier (float64): Linear → tanh → Linear."""
+    gen = torch.Generator().manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(dim, 16), torch.nn.Tanh(), torch.nn.Linear(16, vocab)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.5)
+    return model
+
+
+def token_losses(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """Per-token cross-entropy, zero where ``mask`` is False; shape (N, T)."""
+    dtype = next(model.parameters()).dtype
+    logits = model(batch.features.to(dtype))
+    losses = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none").view_as(batch.targets)
+    return losses * batch.mask.to(losses.dtype)
+
+
+def micro_batch_loss(model, micro: TokenBatch, reduction: str, accum_steps: int, window_tokens: int) -> torch.Tensor:
+    """The scalar a micro-batch backpropagates under ``reduction`` (see the module docstring)."""
+    total = token_losses(model, micro).sum()
+    if reduction == "sum":
+        return total
+    if reduction == "mean":
+        return total / micro.tokens / accum_steps
+    if reduction == "mean (no ÷K)":
+        return total / micro.tokens
+    if reduction == "token-mean":
+        return total / window_tokens
+    raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+
+
+def _flat_grad(model) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1).double() for p in model.parameters()])
+
+
+def accumulated_gradient(model, batch: TokenBatch, accum_steps: int, reduction: str) -> torch.Tensor:
+    """Split ``batch`` into ``accum_steps`` micro-batches, backpropagate each, return the summed ``.grad`` (flat, float64).
+
+    The model's dtype is the dtype of the forward pass and of the ``.grad`` buffers.
+    """
+    if accum_steps < 1 or len(batch) % accum_steps:
+        raise ValueError(f"accum_steps={accum_steps} must divide the batch of {len(batch)} sequences")
+    window_tokens = batch.tokens  # counted before the loop: the exact token mean needs it up front
+    size = len(batch) // accum_steps
+    model.zero_grad(set_to_none=True)
+    for k in range(accum_steps):
+        micro = batch.slice(k * size, (k + 1) * size)
+        micro_batch_loss(model, micro, reduction, accum_steps, window_tokens).backward()
+    return _flat_grad(model)
+
+
+def full_batch_gradient(model, batch: TokenBatch, reduction: str) -> torch.Tensor:
+    """The gradient of the whole batch in one pass: token sum for ``"sum"``, else the token mean."""
+    model.zero_grad(set_to_none=True)
+    total = token_losses(model, batch).sum()
+    (total if reduction == "sum" else total / batch.tokens).backward()
+    return _flat_grad(model)
+
+
+@dataclass(frozen=True)
+class AccumulationResult:
+    """Accumulated vs full-batch gradient: relative error and the effective learning-rate factor."""
+
+    accum_steps: int
+    reduction: str
+    dtype: str
+    relative_error: float  # ‖g_acc − g_full‖ / ‖g_full‖
+    lr_factor: float  # c in g_acc ≈ c · g_full (least squares): a plain step with g_acc is a step with lr·c
+
+
+def accumulation_error(
+    batch: TokenBatch, accum_steps: int, reduction: str, dtype: str = "float64", model_seed: int = 0,
+    reference: torch.Tensor | None = None,
+) -> AccumulationResult:
+    """Compare the accumulated gradient in ``dtype`` with the float64 full-batch gradient.
+
+    ``reference``: that full-batch gradient, if already computed (:func:`sweep` reuses it).
+
+    >>> r = accumulation_error(token_batch(n_seqs=8), accum_steps=4, reduction="token-mean")
+    >>> r.relative_error < 1e-12
+    True
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if reference is None:
+        reference = full_batch_gradient(token_model(batch.features.shape[-1], _vocab(batch), model_seed), batch, reduction)
+    model = token_model(batch.features.shape[-1], _vocab(batch), model_seed).to(DTYPES[dtype])
+    got = accumulated_gradient(model, batch, accum_steps, reduction)
+    error = float((got - reference).norm() / reference.norm())
+    factor = float((got @ reference) / (reference @ reference))
+    return AccumulationResult(accum_steps, reduction, dtype, error, factor)
+
+
+def _vocab(batch: TokenBatch) -> int:
+    return max(5, int(batch.targets.max()) + 1)
+
+
+def valid_accum_steps(n_seqs: int, largest: int = 16) -> list[int]:
+    """The K ≤ ``largest`` that split ``n_seqs`` sequences into equal micro-batches.
+
+    >>> valid_accum_steps(48)
+    [1, 2, 3, 4, 6, 8, 12, 16]
+    """
+    return [k for k in range(1, min(largest, n_seqs) + 1) if n_seqs % k == 0]
+
+
+def sweep(
+    reduction: str, spread: float, dtype: str = "float64", n_seqs: int = 48, seed: int = 0
+) -> list[AccumulationResult]:
+    """:func:`accumulation_error` for every valid K on one batch (what AccumulationLab plots)."""
+    batch = token_batch(n_seqs=n_seqs, spread=spread, seed=seed)
+    reference = full_batch_gradient(token_model(batch.features.shape[-1], _vocab(batch)), batch, reduction)
+    return [accumulation_error(batch, k, reduction, dtype, reference=reference) for k in valid_accum_steps(n_seqs)]
+
+
+def micro_batch_tokens(batch: TokenBatch, accum_steps: int) -> list[int]:
+    """Loss tokens in each of the ``accum_steps`` micro-batches (unequal counts are what breaks the plain mean).
+
+    >>> micro_batch_tokens(token_batch(n_seqs=4, spread=0.0, mean_len=3), 2)
+    [6, 6]
+    """
+    if accum_steps < 1 or len(batch) % accum_steps:
+        raise ValueError(f"accum_steps={accum_steps} must divide the batch of {len(batch)} sequences")
+    size = len(batch) // accum_steps
+    return [batch.slice(k * size, (k + 1) * size).tokens for k in range(accum_steps)]
