@@ -1,0 +1,560 @@
+"""The training-step doctor: every code fires on a minimal broken step and stays silent on the
+corrected one; correct steps of several kinds give no warnings; observing changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autogradlab.doctor import CODES, diagnose
+
+
+def _batches(n_batches: int = 4, batch: int = 8, dim: int = 6, seed: int = 0, regression: bool = False) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        x = torch.randn(batch, dim, generator=gen)
+        y = x[:, :1].sum(1, keepdim=True) * 2 if regression else (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+        out.append((x, y))
+    return out
+
+
+def _mlp(seed: int = 0, dropout: bool = False, bn: bool = False, out: int = 2) -> nn.Sequential:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Linear(6, 16)]
+    if bn:
+        layers.append(nn.BatchNorm1d(16))
+    layers.append(nn.ReLU())
+    if dropout:
+        layers.append(nn.Dropout(0.2))
+    layers.append(nn.Linear(16, out))
+    return nn.Sequential(*layers)
+
+
+@dataclass
+class Setup:
+    step: Callable[[Any], Any]
+    model: nn.Module
+    optimizer: Any
+    batches: list
+    scaler: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def diagnose(self):
+        return diagnose(self.step, self.model, self.optimizer, self.batches, scaler=self.scaler)
+
+
+def _plain_step(model, opt, loss_fn=F.cross_entropy, zero_grad=True, after_step=None, before=None):
+    def step(batch):
+        x, y = batch
+        if before:
+            before()
+        if zero_grad:
+            opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        if after_step:
+            after_step()
+        return loss
+
+    return step
+
+
+# ---------------------------------------------------------------------------- correct steps
+
+
+def plain_sgd(seed=0) -> Setup:
+    model = _mlp(seed, dropout=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    return Setup(_plain_step(model, opt), model, opt, _batches(seed=seed))
+
+
+def plain_adam_bn(seed=0) -> Setup:
+    model = _mlp(seed, bn=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+
+    def step(batch):
+        model.train()
+        return _plain_step(model, opt)(batch)
+
+    model.eval()  # a validation pass before: the step puts the model back in training mode
+    return Setup(step, model, opt, _batches(seed=seed))
+
+
+def accumulation_inner(seed=0, accum=3) -> Setup:
+    model = _mlp(seed, dropout=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for xs, ys in zip(x.chunk(accum), y.chunk(accum)):
+            loss = F.cross_entropy(model(xs), ys) / accum
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        return total
+
+    return Setup(step, model, opt, _batches(batch=9, seed=seed))
+
+
+def accumulation_every_k(seed=0, accum=2) -> Setup:
+    model = _mlp(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = {"n": 0}
+
+    def step(batch):
+        x, y = batch
+        loss = F.cross_entropy(model(x), y) / accum
+        loss.backward()
+        calls["n"] += 1
+        if calls["n"] % accum == 0:
+            opt.step()
+            opt.zero_grad()
+        return loss.detach()
+
+    return Setup(step, model, opt, _batches(n_batches=6, seed=seed))
+
+
+def amp_bf16(seed=0, clip_first=False, clamp_data=False) -> Setup:
+    model = _mlp(seed, dropout=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if clip_first:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.unscale_(opt)
+        else:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        if clamp_data:
+            model[0].weight.data.clamp_(-0.2, 0.2)
+        else:
+            with torch.no_grad():
+                model[0].weight.clamp_(-0.2, 0.2)
+        return loss
+
+    return Setup(step, model, opt, _batches(seed=seed), scaler)
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2))
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def frozen_backbone(seed=0, filtered=True) -> Setup:
+    torch.manual_seed(seed)
+    model = Backbone()
+    model.body.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad] if filtered else model.parameters()
+    opt = torch.optim.SGD(params, lr=0.1)
+
+    def step(batch):
+        model.train()
+        model.body.eval()  # frozen feature extractor: keep its batch-norm statistics fixed
+        return _plain_step(model, opt)(batch)
+
+    return Setup(step, model, opt, _batches(seed=seed))
+
+
+CORRECT = {
+    "plain SGD + dropout": plain_sgd,
+    "AdamW + batch norm after validation": plain_adam_bn,
+    "accumulation inside the step": accumulation_inner,
+    "accumulation across calls": accumulation_every_k,
+    "AMP bf16 + GradScaler('cpu') + clip": amp_bf16,
+    "frozen backbone in eval mode": frozen_backbone,
+}
+
+
+@pytest.mark.parametrize("kind", CORRECT)
+def test_correct_steps_give_no_errors_or_warnings(kind):
+    report = CORRECT[kind]().diagnose()
+    assert report.ok, report
+    assert report.steps >= 4
+
+
+def _state(setup: Setup) -> dict:
+    state = {k: v.clone() for k, v in setup.model.state_dict().items()}
+    for i, s in enumerate(setup.optimizer.state_dict()["state"].values()):
+        for k, v in s.items():
+            if isinstance(v, torch.Tensor):
+                state[f"opt{i}.{k}"] = v.clone()
+    if setup.scaler is not None:
+        state["scale"] = torch.tensor(setup.scaler.get_scale())
+    return state
+
+
+@pytest.mark.parametrize("kind", CORRECT)
+def test_observing_changes_nothing(kind):
+    watched, plain = CORRECT[kind](seed=1), CORRECT[kind](seed=1)
+    torch.manual_seed(123)
+    watched.diagnose()
+    torch.manual_seed(123)
+    for batch in plain.batches:
+        plain.step(batch)
+    a, b = _state(watched), _state(plain)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    for p, q in zip(watched.model.parameters(), plain.model.parameters()):
+        assert (p.grad is None) == (q.grad is None) and (p.grad is None or torch.equal(p.grad, q.grad))
+
+
+def test_every_hook_and_wrapper_is_restored_even_when_the_step_raises():
+    setup = amp_bf16()
+    norm, value = torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad.clip_grad_value_
+
+    def step(batch):
+        setup.step(batch)
+        raise RuntimeError("boom")
+
+    diagnose(step, setup.model, setup.optimizer, setup.batches, scaler=setup.scaler)
+    assert all(not m._forward_hooks for m in setup.model.modules())
+    assert all(not p._backward_hooks for p in setup.model.parameters())
+    assert not setup.optimizer._optimizer_step_pre_hooks and not setup.optimizer._optimizer_step_post_hooks
+    assert torch.nn.utils.clip_grad_norm_ is norm and torch.nn.utils.clip_grad.clip_grad_value_ is value
+    assert "step" not in vars(setup.scaler)
+
+
+# ---------------------------------------------------------------------------- broken / fixed pairs
+
+
+class ListScales(nn.Module):
+    """Per-layer output scales; ``registered`` picks nn.ParameterList over a Python list."""
+
+    def __init__(self, registered: bool):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(6, 16), nn.Linear(16, 2)])
+        scales = [nn.Parameter(torch.ones(16)), nn.Parameter(torch.ones(2))]
+        self.scales = nn.ParameterList(scales) if registered else scales
+
+    def forward(self, x):
+        x = torch.relu(self.layers[0](x) * self.scales[0])
+        return self.layers[1](x) * self.scales[1]
+
+
+def not_in_optimizer_list(fixed: bool) -> Setup:
+    torch.manual_seed(0)
+    model = ListScales(registered=fixed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def not_in_optimizer_partial(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters() if fixed else model[0].parameters(), lr=0.1)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def frozen_in_optimizer(fixed: bool) -> Setup:
+    return frozen_backbone(filtered=fixed)
+
+
+class Detaching(nn.Module):
+    def __init__(self, mode: str):
+        super().__init__()
+        self.mode = mode
+        self.first, self.second, self.unused = nn.Linear(6, 16), nn.Linear(16, 2), nn.Linear(6, 6)
+
+    def forward(self, x):
+        if self.mode == "no_grad":
+            with torch.no_grad():
+                h = torch.relu(self.first(x))
+        else:
+            h = torch.relu(self.first(x))
+            if self.mode == "detach":
+                h = h.detach()
+        return self.second(h)
+
+
+def missing_grad(fixed: bool, mode: str = "detach") -> Setup:
+    torch.manual_seed(0)
+    model = Detaching("fine" if fixed else mode)
+    if fixed:
+        del model.unused
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def nonfinite(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    eps = 1e-6 if fixed else 0.0
+
+    def loss_fn(logits, y):  # a "distance" term whose sqrt has an infinite slope at 0
+        return F.cross_entropy(logits, y) + 1e-3 * (logits * 0 + eps).sqrt().sum()
+
+    return Setup(_plain_step(model, opt, loss_fn), model, opt, _batches())
+
+
+def not_cleared(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    return Setup(_plain_step(model, opt, zero_grad=fixed), model, opt, _batches())
+
+
+def data_write(fixed: bool) -> Setup:
+    return amp_bf16(clamp_data=not fixed)
+
+
+def eval_mode(fixed: bool) -> Setup:
+    model = _mlp(dropout=True, bn=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.eval()  # left over from validation
+    return Setup(_plain_step(model, opt, before=model.train if fixed else None), model, opt, _batches())
+
+
+def lr_zero(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 if fixed else 0.0)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def wrong_optimizer(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    other = torch.optim.SGD(_mlp(seed=5).parameters(), lr=0.1)  # built for a model that was replaced
+    stepped = opt if fixed else other
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        stepped.step()
+        return loss
+
+    return Setup(step, model, opt, _batches())
+
+
+def cleared_before_step(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch):
+        x, y = batch
+        if fixed:
+            opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        if not fixed:
+            opt.zero_grad()  # the bug: clears the gradients it just computed
+        opt.step()
+        return loss
+
+    return Setup(step, model, opt, _batches())
+
+
+def lr_huge(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 if fixed else 20.0)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def lr_tiny(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3 if fixed else 1e-8)
+    return Setup(_plain_step(model, opt), model, opt, _batches())
+
+
+def amp_nan(fixed: bool, where: str = "every") -> Setup:
+    """Every batch, or only batch 3, carries a NaN input: the scaler skips those steps."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu")
+    batches = _batches()
+    if not fixed:
+        for i, (x, _) in enumerate(batches):
+            if where == "every" or i == 2:
+                x[0, 0] = float("nan")
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return Setup(step, model, opt, batches, scaler)
+
+
+def clip_order(fixed: bool) -> Setup:
+    return amp_bf16(clip_first=not fixed)
+
+
+def raising(fixed: bool) -> Setup:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        logits = model(x if fixed else x.T)  # the bug: a transposed batch
+        loss = F.cross_entropy(logits, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Setup(step, model, opt, _batches())
+
+
+# code -> (make(fixed: bool) -> Setup, severity of the broken case, text expected in `where`)
+PAIRS = {
+    "param-not-in-optimizer (Python list)": ("param-not-in-optimizer", not_in_optimizer_list, "error", "scales[0]"),
+    "param-not-in-optimizer (partial optimizer)": ("param-not-in-optimizer", not_in_optimizer_partial, "error", "2.weight"),
+    "frozen-param-in-optimizer": ("frozen-param-in-optimizer", frozen_in_optimizer, "warning", "body.0.weight"),
+    "missing-grad (detach)": ("missing-grad", missing_grad, "error", "first.weight"),
+    "missing-grad (no_grad)": ("missing-grad", lambda fixed: missing_grad(fixed, "no_grad"), "error", "first.weight"),
+    "nonfinite-grad": ("nonfinite-grad", nonfinite, "error", "2.weight"),
+    "grad-not-cleared": ("grad-not-cleared", not_cleared, "error", "0.weight"),
+    "data-bypass": ("data-bypass", data_write, "warning", "0.weight"),
+    "eval-mode-in-training": ("eval-mode-in-training", eval_mode, "warning", "1 (BatchNorm1d)"),
+    "no-update (lr 0)": ("no-update", lr_zero, "error", "0.weight"),
+    "no-update (wrong optimizer)": ("no-update", wrong_optimizer, "error", "optimizer.step()"),
+    "no-update (zero_grad before step)": ("no-update", cleared_before_step, "error", "0.weight"),
+    "update-ratio-high": ("update-ratio-high", lr_huge, "warning", "weight"),
+    "update-ratio-low": ("update-ratio-low", lr_tiny, "warning", "weight"),
+    "amp-step-skipped (every step)": ("amp-step-skipped", amp_nan, "error", "scaler.step()"),
+    "amp-step-skipped (one step)": ("amp-step-skipped", lambda fixed: amp_nan(fixed, "one"), "warning", "scaler.step()"),
+    "clip-before-unscale": ("clip-before-unscale", clip_order, "error", "clip_grad_norm_(model.parameters(), 1.0)"),
+    "step-raised": ("step-raised", raising, "error", "logits = model(x if fixed else x.T)"),
+}
+
+
+def test_every_documented_code_has_a_broken_step():
+    assert {code for code, *_ in PAIRS.values()} == set(CODES)
+
+
+@pytest.mark.parametrize("case", PAIRS)
+def test_broken_step_triggers_its_code(case):
+    code, make, severity, where = PAIRS[case]
+    report = make(False).diagnose()
+    found = report[code]
+    assert found, f"{code} not found:\n{report}"
+    assert any(f.severity == severity and where in f.where for f in found), report
+
+
+@pytest.mark.parametrize("case", PAIRS)
+def test_corrected_step_is_silent(case):
+    code, make, *_ = PAIRS[case]
+    report = make(True).diagnose()
+    assert code not in report.codes, report
+    assert report.ok, report
+
+
+# ---------------------------------------------------------------------------- details
+
+
+def test_missing_grad_names_the_cause():
+    assert "path to the loss was cut" in missing_grad(False).diagnose()["missing-grad"][0].message
+    assert "gradients disabled" in missing_grad(False, "no_grad").diagnose()["missing-grad"][0].message
+    unused = [f for f in missing_grad(False).diagnose()["missing-grad"] if "unused.weight" in f.where]
+    assert unused and "never ran" in unused[0].message
+
+
+def test_python_list_parameter_is_named_where_it_hides():
+    finding = not_in_optimizer_list(False).diagnose()["param-not-in-optimizer"][0]
+    assert finding.where == "scales[0], scales[1]" or "Python list" in finding.message
+
+
+def test_plain_tensor_leaf_is_a_warning_not_an_error():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    shift = torch.zeros(6, requires_grad=True)  # an input we optimise on purpose
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x + shift), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    report = diagnose(step, model, opt, _batches())
+    assert [f.severity for f in report["param-not-in-optimizer"]] == ["warning"]
+    assert not report.errors
+
+
+def test_frozen_backbone_in_eval_mode_is_only_info():
+    report = frozen_backbone().diagnose()
+    assert [f.severity for f in report["eval-mode-in-training"]] == ["info"]
+
+
+def test_skips_only_while_the_scale_calibrates_are_info():
+    model = _mlp(out=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)  # far too large: the first steps overflow
+    x, y = _batches(regression=True)[0]
+    batch = (x, y * 10)
+
+    def step(b):
+        x, y = b
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    report = diagnose(step, model, opt, [batch] * 10, scaler=scaler)
+    findings = report["amp-step-skipped"]
+    assert [f.severity for f in findings] == ["info"], report
+    assert report.ok
+
+
+def test_step_raised_stops_and_quotes_the_line():
+    report = raising(False).diagnose()
+    assert report.steps == 1
+    assert "RuntimeError" in report["step-raised"][0].message
+
+
+def test_bad_arguments_get_clear_errors():
+    setup = plain_sgd()
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        diagnose(setup.step, setup.model, "sgd", setup.batches)
+    with pytest.raises(TypeError, match="nn.Module"):
+        diagnose(setup.step, [setup.model], setup.optimizer, setup.batches)
+    with pytest.raises(ValueError, match="batches is empty"):
+        diagnose(setup.step, setup.model, setup.optimizer, [])
+    with pytest.raises(TypeError, match="single tensor"):
+        diagnose(setup.step, setup.model, setup.optimizer, torch.zeros(3))
+
+
+def test_a_no_grad_validation_pass_inside_the_step_is_not_eval_mode_training():
+    model = _mlp(dropout=True, bn=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    val_x = _batches(seed=3)[0][0]
+
+    def step(batch):
+        model.eval()
+        with torch.no_grad():
+            model(val_x)
+        model.train()
+        return _plain_step(model, opt)(batch)
+
+    assert "eval-mode-in-training" not in diagnose(step, model, opt, _batches()).codes

@@ -1,0 +1,281 @@
+"""What the doctor can report: the documented code table, :class:`Finding` and :class:`Report`.
+
+Each code has a default severity, a one-line meaning, a fix hint and its known
+blind spots. :func:`code_table` shows the whole table in a notebook.
+
+>>> f = Finding("missing-grad", "error", "fc.weight", "no gradient reached it")
+>>> Report([f], steps=2, losses=[0.7, 0.7]).codes
+{'missing-grad'}
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+SEVERITIES = ("error", "warning", "info")
+
+# Thresholds for ‖Δθ‖/‖θ‖ of a weight matrix over one optimizer.step(). Large models
+# move weights by about 1e-3 of their size per step; small models with few outputs go
+# up to ~0.1 in healthy runs (measured: SGD lr 0.1 on a 10-32-2 MLP peaks at 0.09).
+# Outside [UPDATE_RATIO_LOW, UPDATE_RATIO_HIGH] a run either rewrites its weights
+# every step or barely moves them.
+UPDATE_RATIO_HIGH = 0.3
+UPDATE_RATIO_LOW = 1e-5
+# Ratios of tiny weights (a 3-input regression) swing widely in healthy runs: skip them.
+UPDATE_RATIO_MIN_NUMEL = 16
+
+
+@dataclass(frozen=True)
+class Code:
+    """One documented diagnosis: default severity, what it means, how to fix it, what it misses."""
+
+    severity: str
+    meaning: str
+    fix: str
+    blind_spots: str
+
+
+CODES: dict[str, Code] = {
+    "step-raised": Code(
+        "error",
+        "the training step raised an exception; the doctor stopped there",
+        "read the message and the line quoted; fix that line, then diagnose again",
+        "later steps are not observed after the first exception",
+    ),
+    "param-not-in-optimizer": Code(
+        "error",
+        "a tensor that requires grad and receives a gradient (a model parameter, or an nn.Parameter/leaf "
+        "found in the loss graph) is in no optimizer param group, so it never changes",
+        "register it (an nn.Parameter attribute, nn.ParameterList/ParameterDict instead of a Python list/dict) "
+        "and build the optimizer from model.parameters() after the model is final",
+        "leaves reached only through graphs other than the returned loss; a plain tensor that requires grad "
+        "on purpose (an input you optimize) is reported as a warning",
+    ),
+    "frozen-param-in-optimizer": Code(
+        "warning",
+        "a parameter with requires_grad=False sits in the optimizer: it gets no gradient and never changes",
+        "to train it set p.requires_grad_(True); if it is frozen on purpose build the optimizer from "
+        "[p for p in model.parameters() if p.requires_grad]",
+        "frozen tensors that are not in the optimizer are (correctly) ignored",
+    ),
+    "missing-grad": Code(
+        "error",
+        "a trainable parameter in the optimizer got no gradient in any observed step "
+        "(its module is unused, or the path to the loss is cut by detach(), .data, torch.no_grad(), .item())",
+        "tap the path with tensor.register_hook and move backwards until the gradient disappears; "
+        "remove the detach/no_grad there",
+        "a parameter used only in some batches (e.g. a rarely routed expert) looks unused in few steps",
+    ),
+    "nonfinite-grad": Code(
+        "error",
+        "inf or NaN in a gradient in a step that the optimizer applied",
+        "run one step under torch.autograd.detect_anomaly() to find the op; check log/sqrt/division "
+        "at 0, the learning rate, and the loss for inf/NaN",
+        "inf/NaN in scaled gradients that a GradScaler skipped are reported as amp-step-skipped instead",
+    ),
+    "grad-not-cleared": Code(
+        "error",
+        "a gradient left over from before an optimizer.step() was added to in the next step (missing zero_grad)",
+        "call optimizer.zero_grad() once per optimizer step (before backward or after step)",
+        "needs at least two observed optimizer steps; a step that accumulates on purpose across "
+        "optimizer.step() calls is reported too",
+    ),
+    "data-bypass": Code(
+        "warning",
+        "a parameter's value changed outside optimizer.step() without its version counter moving: "
+        "a write through .data, hidden from autograd",
+        "write under torch.no_grad() on the parameter itself (with torch.no_grad(): p.clamp_(-c, c)) "
+        "or fold the constraint into the model",
+        "writes inside optimizer.step() are not checked (custom optimizers may use .data legitimately); "
+        "a .data write in the same interval as a tracked in-place write is missed",
+    ),
+    "eval-mode-in-training": Code(
+        "warning",
+        "a Dropout/BatchNorm module ran in eval mode inside the training step, e.g. after validation",
+        "call model.train() at the start of the training step (and model.eval() only for validation)",
+        "modules inside a completely frozen block are reported as info (eval mode there is often "
+        "deliberate); other mode-dependent modules are not checked",
+    ),
+    "no-update": Code(
+        "error",
+        "parameters with nonzero gradients did not change over an optimizer step, or optimizer.step() "
+        "never ran (learning rate 0, a skipped step, the wrong optimizer)",
+        "check the param group's lr, that the step calls step() on this optimizer, "
+        "and that the optimizer holds this model's parameters",
+        "a step that only steps every K calls needs at least K batches to be observed",
+    ),
+    "update-ratio-high": Code(
+        "warning",
+        f"a weight moved by more than {UPDATE_RATIO_HIGH:g} of its norm in one step "
+        "(‖Δθ‖/‖θ‖; healthy steps are around 1e-3, small models up to ~0.1)",
+        "lower the learning rate, add warm-up or gradient clipping",
+        f"only weights with two or more dims and at least {UPDATE_RATIO_MIN_NUMEL} elements are checked "
+        "(biases and norms start near 0, so their ratio is meaningless); a single legitimate spike is reported too",
+    ),
+    "update-ratio-low": Code(
+        "warning",
+        f"a weight moved by less than {UPDATE_RATIO_LOW:g} of its norm per step (median over the steps "
+        "with a nonzero gradient)",
+        "raise the learning rate, check the lr schedule and any scaling of the loss",
+        "only weights with two or more dims and enough elements are checked; a model at convergence also "
+        "moves little",
+    ),
+    "amp-step-skipped": Code(
+        "warning",
+        "the GradScaler skipped optimizer steps because scaled gradients held inf/NaN",
+        "skips in every step: find the NaN in the inputs, forward or loss (detect_anomaly); a few skips "
+        "while the scale adapts are normal; frequent skips: lower the learning rate or find the overflowing op",
+        "only a GradScaler passed as scaler= and used through scaler.step(optimizer) is observed",
+    ),
+    "clip-before-unscale": Code(
+        "error",
+        "gradients were clipped while still multiplied by the GradScaler's scale, so the clip threshold "
+        "is effectively divided by the scale",
+        "call scaler.unscale_(optimizer) before clip_grad_norm_/clip_grad_value_, then scaler.step(optimizer)",
+        "only clipping through torch.nn.utils.clip_grad_norm_/clip_grad_value_ looked up at call time "
+        "(not an alias imported earlier with `from ... import`) is observed",
+    ),
+}
+
+_ORDER = {code: i for i, code in enumerate(CODES)}
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: ``code`` (a key of :data:`CODES`), ``severity``, ``where`` it was seen, ``message``."""
+
+    code: str
+    severity: str
+    where: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown doctor code {self.code!r}; known codes: {', '.join(CODES)}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    @property
+    def fix(self) -> str:
+        return CODES[self.code].fix
+
+
+def _sort_key(f: Finding) -> tuple:
+    return (_RANK[f.severity], _ORDER[f.code], f.where)
+
+
+@dataclass
+class Report:
+    """The doctor's findings for some training steps. Displays as a table with a fix hint per finding.
+
+    >>> Report([], steps=3, losses=[0.9, 0.8, 0.7])
+    Doctor: 3 steps observed, loss 0.9 → 0.7; no findings.
+    """
+
+    findings: list[Finding]
+    steps: int = 0
+    losses: list[float | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.findings = sorted(self.findings, key=_sort_key)
+
+    @property
+    def codes(self) -> set[str]:
+        return {f.code for f in self.findings}
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        """True when there is no error and no warning (info findings are allowed)."""
+        return not self.errors and not self.warnings
+
+    def __getitem__(self, code: str) -> list[Finding]:
+        """Findings with this code: ``report['missing-grad']``."""
+        return [f for f in self.findings if f.code == code]
+
+    def _headline(self) -> str:
+        plural = "s" if self.steps != 1 else ""
+        text = f"Doctor: {self.steps} step{plural} observed"
+        known = [x for x in self.losses if x is not None]
+        if len(known) >= 2:
+            text += f", loss {known[0]:.3g} → {known[-1]:.3g}"
+        elif len(known) == 1:
+            text += f", loss {known[0]:.3g}"
+        counts = [(len([f for f in self.findings if f.severity == s]), s) for s in SEVERITIES]
+        parts = [f"{n} {s}{'s' if n != 1 else ''}" for n, s in counts if n]
+        return text + (f"; {', '.join(parts)}." if parts else "; no findings.")
+
+    def __repr__(self) -> str:
+        lines = [self._headline()]
+        for f in self.findings:
+            lines.append(f"  {f.severity:<7} {f.code:<24} {f.where}")
+            lines.append(f"          {f.message}")
+            lines.append(f"          fix: {f.fix}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        head = f"<p><b>{html.escape(self._headline())}</b></p>"
+        if not self.findings:
+            return head
+        colors = {"error": "#c0392b", "warning": "#b9770e", "info": "#2e86c1"}
+        rows = "".join(
+            "<tr>"
+            f"<td style='color:{colors[f.severity]};font-weight:bold'>{f.severity}</td>"
+            f"<td style='white-space:nowrap'><code>{html.escape(f.code)}</code></td>"
+            f"<td style='text-align:left'>{html.escape(f.where)}</td>"
+            f"<td style='text-align:left'>{html.escape(f.message)}"
+            f"<br><i>fix:</i> {html.escape(f.fix)}</td>"
+            "</tr>"
+            for f in self.findings
+        )
+        return (
+            f"{head}<table><thead><tr><th>severity</th><th>code</th><th>where</th>"
+            f"<th style='text-align:left'>what and how to fix</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+
+
+class CodeTable:
+    """The documented codes as a table (HTML in a notebook, text elsewhere)."""
+
+    def __init__(self, blind_spots: bool = False) -> None:
+        self.blind_spots = blind_spots
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        return [(code, c.severity, c.blind_spots if self.blind_spots else c.meaning) for code, c in CODES.items()]
+
+    def __repr__(self) -> str:
+        title = "blind spot" if self.blind_spots else "meaning"
+        lines = [f"{'code':<26}{'severity':<9}{title}"]
+        lines += [f"{code:<26}{sev:<9}{text}" for code, sev, text in self._rows()]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        title = "blind spots" if self.blind_spots else "meaning"
+        rows = "".join(
+            f"<tr><td style='white-space:nowrap'><code>{code}</code></td><td>{sev}</td><td style='text-align:left'>{html.escape(text)}</td></tr>"
+            for code, sev, text in self._rows()
+        )
+        return (
+            f"<table><thead><tr><th>code</th><th>default severity</th><th style='text-align:left'>{title}</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+        )
+
+
+def code_table(blind_spots: bool = False) -> CodeTable:
+    """Every doctor code with its meaning (or, with ``blind_spots=True``, what it misses).
+
+    >>> print(repr(code_table()).splitlines()[1].split()[0])
+    step-raised
+    """
+    return CodeTable(blind_spots)

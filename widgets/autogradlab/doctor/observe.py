@@ -1,0 +1,449 @@
+"""Watch a training step without changing it: hooks, snapshots and per-step records.
+
+:class:`Observer` is a context manager. While it is open it has installed
+
+- a forward hook on every module (which ran, in which mode, with grad enabled or not),
+- a gradient hook on every tracked parameter (did a gradient arrive, finite, nonzero,
+  and was an old gradient from before an ``optimizer.step()`` still in ``.grad``),
+- step pre/post hooks on each optimizer (values, versions and gradients around the update),
+- wrappers around ``torch.nn.utils.clip_grad_*`` (clipping while the scaler's gradients
+  are still scaled) and around the GradScaler's ``step`` (skipped steps).
+
+It never calls ``zero_grad``/``step`` and only reads tensors (clones), so the step
+computes exactly what it computes without the observer. On exit every hook is removed
+and every wrapped function restored, also when the step raised.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from autogradlab.doctor.findings import UPDATE_RATIO_MIN_NUMEL
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(
+    {os.path.abspath(p) for p in (_PACKAGE_DIR, os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"])}
+)
+MODE_MODULES = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+_CLIP_NAMES = {
+    "torch.nn.utils": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_"),
+    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "_clip_grads_with_norm_"),
+}
+
+
+def learner_line(frames: list[traceback.FrameSummary]) -> str:
+    """``line N: `code``` for the last frame that is the learner's (not torch, not this package)."""
+    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(_LIBRARY_DIRS)]
+    if not mine:
+        return "inside torch"
+    last = mine[-1]
+    return f"line {last.lineno}: `{(last.line or '').strip()}`"
+
+
+def graph_leaves(output: Any) -> list[torch.Tensor]:
+    """The leaf tensors (AccumulateGrad nodes) that backward from ``output`` reaches, in walk order.
+
+    An iterative walk over ``grad_fn.next_functions``; it still works after backward,
+    which frees saved tensors but keeps the graph's structure.
+
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> [t is w for t in graph_leaves((w * 3).sum())]
+    [True]
+    """
+    if not isinstance(output, torch.Tensor) or output.grad_fn is None:
+        return []
+    stack, seen, nodes, leaves, leaf_ids = [output.grad_fn], set(), [], [], set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        nodes.append(fn)  # keeps fn alive so its id cannot be reused during the walk
+        variable = getattr(fn, "variable", None)
+        if isinstance(variable, torch.Tensor) and id(variable) not in leaf_ids:
+            leaf_ids.add(id(variable))
+            leaves.append(variable)
+        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+    return leaves
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN counting as equal to NaN."""
+    if a.shape != b.shape:
+        return False
+    if a.is_floating_point():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return bool(torch.equal(a, b))
+
+
+# A gradient smaller than this fraction of the parameter's size cannot move it in
+# float32 at any usual learning rate (e.g. the bias of a layer followed by batch norm,
+# whose exact gradient is 0 and whose computed one is rounding noise ~1e-9).
+NEGLIGIBLE_GRAD = 1e-6
+
+
+def _usable_grad(grad: torch.Tensor | None, param: torch.Tensor) -> bool:
+    """A gradient that should move the parameter: present, finite and not negligible."""
+    if grad is None:
+        return False
+    dense = grad.to_dense() if grad.is_sparse else grad
+    if not bool(torch.isfinite(dense).all()):
+        return False
+    size = float(param.detach().abs().max()) if param.numel() else 0.0
+    return float(dense.abs().max()) > NEGLIGIBLE_GRAD * size if dense.numel() else False
+
+
+@dataclass
+class Tracked:
+    """A parameter the doctor watches: its display name, owning module and optimizers."""
+
+    name: str
+    tensor: torch.Tensor
+    module: str | None  # name of the owning module in the model, None if not in the model
+    optimizers: list[int] = field(default_factory=list)
+
+    @property
+    def trainable(self) -> bool:
+        return self.tensor.requires_grad and bool(self.optimizers)
+
+
+@dataclass
+class ModuleRun:
+    """How one module ran during a step."""
+
+    eval_mode: bool = False  # ran in eval mode with gradients enabled (a no_grad validation pass does not count)
+    with_grad: bool = False
+    output_required_grad: bool = False
+
+
+@dataclass
+class OptStep:
+    """One ``optimizer.step()`` that really ran: per parameter, gradient state and ‖Δθ‖/‖θ‖."""
+
+    optimizer: int
+    grad_nonzero: dict[str, bool] = field(default_factory=dict)
+    no_grad: list[str] = field(default_factory=list)  # .grad None or all zero when step() began
+    ratio: dict[str, float] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepLog:
+    """Everything seen during one call of the learner's step."""
+
+    index: int
+    loss: float | None = None
+    raised: str | None = None
+    where_raised: str = ""
+    grads: dict[str, dict] = field(default_factory=dict)  # name -> {'nonzero': bool, 'finite': bool}
+    carried: set[str] = field(default_factory=set)
+    bypass: dict[str, float] = field(default_factory=dict)  # name -> max |change|
+    opt_steps: list[OptStep] = field(default_factory=list)
+    opt_step_calls: int = 0
+    scaler_steps: list[tuple[bool | None, float]] = field(default_factory=list)  # (skipped, scale)
+    clips: list[tuple[str, bool, str]] = field(default_factory=list)  # (function, still scaled, line)
+    modules: dict[str, ModuleRun] = field(default_factory=dict)
+    leaves: list[torch.Tensor] = field(default_factory=list)
+
+
+def _loss_value(out: Any) -> float | None:
+    if isinstance(out, torch.Tensor) and out.numel() == 1:
+        return float(out.detach().float())
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        return float(out)
+    return None
+
+
+class Observer:
+    """Hooks around ``model``, ``optimizers`` and ``scaler``; :meth:`run_step` runs one observed step."""
+
+    def __init__(self, model: nn.Module, optimizers: list[torch.optim.Optimizer], scaler: Any = None) -> None:
+        self.model = model
+        self.optimizers = optimizers
+        self.scaler = scaler
+        self.steps: list[StepLog] = []
+        self.tracked: dict[int, Tracked] = {}
+        self._module_names: dict[int, str] = {}
+        self._handles: list[Any] = []
+        self._restore: list[Callable[[], None]] = []
+        self._current: StepLog | None = None
+        self._last: dict[int, tuple[torch.Tensor, int]] = {}
+        self._pre: dict[int, tuple[torch.Tensor, int]] = {}
+        self._pre_grad: dict[int, bool] = {}
+        self._pre_empty: set[int] = set()
+        self._stepped_since_grad: dict[int, bool] = {}
+        self._in_clip = 0
+        self._track_parameters()
+
+    # ------------------------------------------------------------------ what is watched
+
+    def _track_parameters(self) -> None:
+        for mod_name, module in self.model.named_modules():
+            self._module_names.setdefault(id(module), mod_name)
+        for name, p in self.model.named_parameters(remove_duplicate=True):
+            owner = name.rsplit(".", 1)[0] if "." in name else ""
+            self.tracked[id(p)] = Tracked(name, p, owner)
+        for i, opt in enumerate(self.optimizers):
+            for g, group in enumerate(opt.param_groups):
+                for j, p in enumerate(group["params"]):
+                    if id(p) not in self.tracked:
+                        label = f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}" if len(self.optimizers) > 1 \
+                            else f"optimizer group {g} #{j} {tuple(p.shape)}"
+                        self.tracked[id(p)] = Tracked(label, p, None)
+                    if i not in self.tracked[id(p)].optimizers:
+                        self.tracked[id(p)].optimizers.append(i)
+
+    def optimizers_of(self, tensors: list[torch.Tensor]) -> set[int]:
+        return {i for t in tensors if id(t) in self.tracked for i in self.tracked[id(t)].optimizers}
+
+    # ------------------------------------------------------------------ install / remove
+
+    def __enter__(self) -> "Observer":
+        try:
+            self._install()
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._remove()
+
+    def _install(self) -> None:
+        for module in self.model.modules():
+            self._handles.append(module.register_forward_hook(self._forward_hook))
+        for t in self.tracked.values():
+            if t.tensor.requires_grad:
+                self._handles.append(t.tensor.register_hook(self._grad_hook(t)))
+        for i, opt in enumerate(self.optimizers):
+            self._handles.append(opt.register_step_pre_hook(self._step_pre_hook(i)))
+            self._handles.append(opt.register_step_post_hook(self._step_post_hook(i)))
+        self._wrap_clipping()
+        if self.scaler is not None:
+            self._wrap_scaler_step()
+
+    def _remove(self) -> None:
+        for handle in reversed(self._handles):
+            handle.remove()
+        self._handles.clear()
+        for restore in reversed(self._restore):
+            restore()
+        self._restore.clear()
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _snapshot(self) -> dict[int, tuple[torch.Tensor, int]]:
+        with torch.no_grad():
+            return {k: (t.tensor.detach().clone(), t.tensor._version) for k, t in self.tracked.items()}
+
+    def _close_interval(self) -> None:
+        """Values that changed since the last snapshot outside optimizer.step() with no version bump."""
+        step = self._current
+        for k, (before, version) in self._last.items():
+            t = self.tracked[k].tensor
+            if t._version == version and not _same(before, t.detach()):
+                change = float((t.detach().double() - before.double()).abs().nan_to_num().max())
+                step.bypass[self.tracked[k].name] = max(change, step.bypass.get(self.tracked[k].name, 0.0))
+        self._last = {}
+
+    # ------------------------------------------------------------------ hooks
+
+    def _forward_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        step = self._current
+        if step is None:
+            return
+        name = self._module_names.get(id(module), type(module).__name__)
+        run = step.modules.setdefault(name, ModuleRun())
+        run.eval_mode |= not module.training and torch.is_grad_enabled()
+        run.with_grad |= torch.is_grad_enabled()
+        outputs = output if isinstance(output, (tuple, list)) else (output,)
+        run.output_required_grad |= any(isinstance(o, torch.Tensor) and o.requires_grad for o in outputs)
+
+    def _grad_hook(self, tracked: Tracked) -> Callable:
+        key = id(tracked.tensor)
+
+        def hook(grad: torch.Tensor) -> None:
+            step = self._current
+            if step is None:
+                return None
+            with torch.no_grad():
+                seen = step.grads.setdefault(tracked.name, {"nonzero": False, "finite": True})
+                dense = grad.to_dense() if grad.is_sparse else grad
+                seen["nonzero"] |= bool(dense.any())
+                seen["finite"] &= bool(torch.isfinite(dense).all())
+                old = tracked.tensor.grad
+                if self._stepped_since_grad.get(key) and old is not None:
+                    old = old.to_dense() if old.is_sparse else old
+                    if bool(old.any()):
+                        step.carried.add(tracked.name)
+            self._stepped_since_grad[key] = False
+            return None
+
+        return hook
+
+    def _step_pre_hook(self, index: int) -> Callable:
+        def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            step = self._current
+            if step is None:
+                return None
+            step.opt_step_calls += 1
+            self._close_interval()
+            self._pre, self._pre_grad, self._pre_empty = {}, {}, set()
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        self._pre[id(p)] = (p.detach().clone(), p._version)
+                        self._pre_grad[id(p)] = _usable_grad(p.grad, p)
+                        if p.grad is None or not bool(p.grad.any()):
+                            self._pre_empty.add(id(p))
+            return None
+
+        return hook
+
+    def _step_post_hook(self, index: int) -> Callable:
+        def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            step = self._current
+            if step is None:
+                return None
+            record = OptStep(index)
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        if id(p) not in self._pre or id(p) not in self.tracked:
+                            continue
+                        name = self.tracked[id(p)].name
+                        before = self._pre[id(p)][0]
+                        nonzero = self._pre_grad.get(id(p), False)
+                        record.grad_nonzero[name] = nonzero
+                        if id(p) in self._pre_empty:
+                            record.no_grad.append(name)
+                        if nonzero and _same(before, p.detach()):
+                            record.unchanged.append(name)
+                        if p.dim() >= 2 and p.numel() >= UPDATE_RATIO_MIN_NUMEL and p.is_floating_point():
+                            norm = float(before.double().norm())
+                            if norm > 0 and nonzero:
+                                record.ratio[name] = float((p.detach().double() - before.double()).norm()) / norm
+                        if p.grad is not None and bool(p.grad.any()):
+                            self._stepped_since_grad[id(p)] = True
+            step.opt_steps.append(record)
+            self._last = self._snapshot()
+            return None
+
+        return hook
+
+    def _wrap_clipping(self) -> None:
+        for module_name, names in _CLIP_NAMES.items():
+            module = sys.modules.get(module_name)
+            for name in names:
+                original = getattr(module, name, None) if module is not None else None
+                if original is None:
+                    continue
+                setattr(module, name, self._clip_wrapper(original, name.lstrip("_")))
+                self._restore.append(lambda m=module, n=name, o=original: setattr(m, n, o))
+
+    def _clip_wrapper(self, original: Callable, label: str) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self._in_clip or self._current is None:
+                return original(*args, **kwargs)
+            args = list(args)
+            if args:
+                params = args[0]
+            else:
+                params = kwargs.get("parameters")
+            # a generator can be read once: hand the original a list with the same items
+            if params is not None and not isinstance(params, torch.Tensor):
+                params = list(params)
+                if args:
+                    args[0] = params
+                else:
+                    kwargs["parameters"] = params
+            tensors = [params] if isinstance(params, torch.Tensor) else list(params or [])
+            scaled = self._still_scaled(tensors)
+            line = learner_line(traceback.extract_stack()[:-1])
+            self._current.clips.append((label, scaled, line))
+            self._in_clip += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._in_clip -= 1
+
+        wrapper.__wrapped__ = original
+        wrapper.__doc__ = original.__doc__
+        return wrapper
+
+    def _still_scaled(self, tensors: list[torch.Tensor]) -> bool:
+        """True if a GradScaler in use has not unscaled the gradients of these tensors' optimizers yet."""
+        scaler = self.scaler
+        if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
+            return False
+        if getattr(scaler, "_scale", None) is None or not any(t.grad is not None for t in tensors):
+            return False
+        states = getattr(scaler, "_per_optimizer_states", {})
+        for i in self.optimizers_of(tensors):
+            state = states.get(id(self.optimizers[i]))  # .get: reading must not add an entry
+            stage = getattr(state.get("stage") if state else None, "name", "READY")
+            if stage == "READY":
+                return True
+        return False
+
+    def _wrap_scaler_step(self) -> None:
+        scaler = self.scaler
+        had_own = "step" in vars(scaler)
+        original_own = vars(scaler).get("step")
+        original = scaler.step
+
+        def step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            current = self._current
+            if current is None:
+                return original(optimizer, *args, **kwargs)
+            scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
+            calls = current.opt_step_calls
+            result = original(optimizer, *args, **kwargs)
+            known = any(optimizer is o for o in self.optimizers)
+            current.scaler_steps.append((current.opt_step_calls == calls if known else None, scale))
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None and bool(p.grad.any()):
+                            self._stepped_since_grad[id(p)] = True
+            return result
+
+        scaler.step = step
+
+        def restore() -> None:
+            if had_own:
+                scaler.step = original_own
+            else:
+                del scaler.step
+
+        self._restore.append(restore)
+
+    # ------------------------------------------------------------------ one step
+
+    def run_step(self, train_step: Callable, batch: Any) -> bool:
+        """Run ``train_step(batch)`` under observation; False if it raised (recorded, not re-raised)."""
+        step = StepLog(index=len(self.steps) + 1)
+        self.steps.append(step)
+        self._current = step
+        self._last = self._snapshot()
+        out = None
+        try:
+            out = train_step(batch)
+        except Exception as exc:  # the learner's bug: recorded as a finding, not a crash
+            step.raised = f"{type(exc).__name__}: {exc}"
+            step.where_raised = learner_line(traceback.extract_tb(exc.__traceback__))
+        finally:
+            if self._last:
+                self._close_interval()
+            self._current = None
+        step.loss = _loss_value(out)
+        step.leaves = [t for t in graph_leaves(out) if t.requires_grad]
+        return step.raised is None

@@ -1,0 +1,402 @@
+"""One small function per doctor code: observations in, findings out.
+
+Every rule reads an :class:`~autogradlab.doctor.observe.Observer` after the steps
+ran and returns a list of :class:`~autogradlab.doctor.findings.Finding`. Findings
+about several parameters with the same cause are grouped into one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from autogradlab.doctor.findings import UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
+from autogradlab.doctor.observe import MODE_MODULES, Observer, StepLog
+
+
+def _names(names: Iterable[str], obs: Observer | None = None) -> str:
+    """Parameter names in model order (sets have no stable order across runs), shortened after three."""
+    names = list(dict.fromkeys(names))
+    if obs is not None:
+        known = [t.name for t in obs.tracked.values()] + [m for m, _ in obs.model.named_modules()]
+        order = {n: i for i, n in reversed(list(enumerate(known)))}
+        names.sort(key=lambda n: (order.get(n, len(order)), n))
+    if len(names) <= 3:
+        return ", ".join(names)
+    return f"{', '.join(names[:3])} (+{len(names) - 3} more)"
+
+
+def _steps(indices: Iterable[int]) -> str:
+    indices = sorted(set(indices))
+    word = "step" if len(indices) == 1 else "steps"
+    return f"{word} {', '.join(str(i) for i in indices)}"
+
+
+def _completed(obs: Observer) -> list[StepLog]:
+    return [s for s in obs.steps if s.raised is None]
+
+
+# ---------------------------------------------------------------------------- codes
+
+
+def step_raised(obs: Observer) -> list[Finding]:
+    return [
+        Finding("step-raised", "error", f"step {s.index}, {s.where_raised}", s.raised or "")
+        for s in obs.steps
+        if s.raised is not None
+    ]
+
+
+def _container_name(model: nn.Module, tensor: torch.Tensor) -> tuple[str, str] | None:
+    """Where an unregistered tensor hides in the model: ('blocks.scales[0]', 'a Python list')."""
+    for prefix, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_"):
+                continue
+            dotted = f"{prefix}.{attr}" if prefix else attr
+            if value is tensor:
+                return dotted, "a plain tensor attribute"
+            if isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if item is tensor:
+                        return f"{dotted}[{i}]", f"a Python {type(value).__name__}"
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if item is tensor:
+                        return f"{dotted}[{key!r}]", "a Python dict"
+    return None
+
+
+def param_not_in_optimizer(obs: Observer) -> list[Finding]:
+    completed = _completed(obs)
+    got_grad = {name for s in completed for name in s.grads}
+    in_graph = {id(t) for s in completed for t in s.leaves}
+    findings = []
+    registered = [
+        t.name for t in obs.tracked.values()
+        if t.module is not None and t.tensor.requires_grad and not t.optimizers
+        and (t.name in got_grad or id(t.tensor) in in_graph)
+    ]
+    if registered:
+        findings.append(Finding(
+            "param-not-in-optimizer", "error", _names(registered, obs),
+            f"{len(registered)} model parameter(s) received a gradient but are in no optimizer param group, "
+            "so they never change (was the optimizer built before these parameters were created or replaced?)",
+        ))
+    seen: set[int] = set()
+    for s in completed:
+        for leaf in s.leaves:
+            if id(leaf) in obs.tracked or id(leaf) in seen:
+                continue
+            seen.add(id(leaf))
+            found = _container_name(obs.model, leaf)
+            shape = tuple(leaf.shape)
+            if isinstance(leaf, nn.Parameter):
+                if found:
+                    where, holder = found
+                    message = (f"an nn.Parameter {shape} kept in {holder} is in the loss graph, so backward gives it "
+                               "a gradient, but model.parameters() does not list it and no optimizer updates it")
+                else:
+                    where = f"nn.Parameter {shape}"
+                    message = ("an nn.Parameter outside the model is in the loss graph, so backward gives it a "
+                               "gradient, but no optimizer updates it")
+                findings.append(Finding("param-not-in-optimizer", "error", where, message))
+            else:
+                where = found[0] if found else f"leaf tensor {shape}"
+                findings.append(Finding(
+                    "param-not-in-optimizer", "warning", where,
+                    f"a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
+                    "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
+                    "gradient on purpose, ignore this",
+                ))
+    return findings
+
+
+def frozen_param_in_optimizer(obs: Observer) -> list[Finding]:
+    frozen = [t.name for t in obs.tracked.values() if t.optimizers and not t.tensor.requires_grad]
+    if not frozen:
+        return []
+    return [Finding(
+        "frozen-param-in-optimizer", "warning", _names(frozen, obs),
+        f"{len(frozen)} parameter(s) with requires_grad=False sit in the optimizer: they get no gradient and never "
+        "change. Meant to train them? requires_grad_(True). Frozen on purpose? leave them out of the optimizer",
+    )]
+
+
+def _why_no_grad(obs: Observer, owner: str | None, completed: list[StepLog]) -> str:
+    if owner is None:
+        return "it is not a parameter of the model passed to diagnose (an optimizer built for another model?)"
+    runs = [s.modules[owner] for s in completed if owner in s.modules]
+    label = f"module `{owner}`" if owner else "the model"
+    if not runs:
+        return f"{label} never ran in the forward pass (unused)"
+    if not any(r.with_grad for r in runs):
+        return f"{label} ran with gradients disabled (torch.no_grad() or inference_mode)"
+    if not any(r.output_required_grad for r in runs):
+        return f"{label} ran, but its output did not require grad"
+    return (f"{label} ran and its output required grad, so the path to the loss was cut after it "
+            "(detach(), .data, .item(), a new tensor built from values, or a non-differentiable op)")
+
+
+def missing_grad(obs: Observer) -> list[Finding]:
+    completed = _completed(obs)
+    if not completed:
+        return []
+    got_grad = {name for s in completed for name in s.grads}
+    by_reason: dict[str, list[str]] = {}
+    for t in obs.tracked.values():
+        if t.trainable and t.name not in got_grad:
+            by_reason.setdefault(_why_no_grad(obs, t.module, completed), []).append(t.name)
+    return [
+        Finding("missing-grad", "error", _names(names, obs),
+                f"{len(names)} trainable parameter(s) in the optimizer got no gradient in {len(completed)} step(s): "
+                f"{reason}")
+        for reason, names in by_reason.items()
+    ]
+
+
+def _skipped_by_scaler(step: StepLog) -> bool:
+    return any(skipped for skipped, _ in step.scaler_steps)
+
+
+def nonfinite_grad(obs: Observer) -> list[Finding]:
+    bad: dict[str, list[int]] = {}
+    for s in _completed(obs):
+        if _skipped_by_scaler(s):
+            continue  # the scaler caught it: reported as amp-step-skipped
+        for name, seen in s.grads.items():
+            if not seen["finite"]:
+                bad.setdefault(name, []).append(s.index)
+    if not bad:
+        return []
+    steps = sorted({i for indices in bad.values() for i in indices})
+    return [Finding(
+        "nonfinite-grad", "error", _names(bad, obs),
+        f"inf/NaN in the gradient of {len(bad)} parameter(s) in {_steps(steps)}",
+    )]
+
+
+def grad_not_cleared(obs: Observer) -> list[Finding]:
+    carried: dict[str, list[int]] = {}
+    for s in _completed(obs):
+        for name in s.carried:
+            carried.setdefault(name, []).append(s.index)
+    if not carried:
+        return []
+    steps = sorted({i for indices in carried.values() for i in indices})
+    return [Finding(
+        "grad-not-cleared", "error", _names(carried, obs),
+        f"in {_steps(steps)} backward added to a gradient still left from before the previous optimizer.step(): "
+        ".grad holds the sum of several steps' gradients",
+    )]
+
+
+def data_bypass(obs: Observer) -> list[Finding]:
+    changed: dict[str, list[int]] = {}
+    size: dict[str, float] = {}
+    for s in obs.steps:
+        for name, change in s.bypass.items():
+            changed.setdefault(name, []).append(s.index)
+            size[name] = max(size.get(name, 0.0), change)
+    if not changed:
+        return []
+    steps = sorted({i for indices in changed.values() for i in indices})
+    return [Finding(
+        "data-bypass", "warning", _names(changed, obs),
+        f"changed outside optimizer.step() in {_steps(steps)} (max |change| {max(size.values()):.3g}) while the "
+        "version counter stayed put: a write through .data that autograd cannot see",
+    )]
+
+
+def _frozen_region(obs: Observer, module_name: str) -> bool:
+    """True if the module and its parent block hold no trainable parameter."""
+    parent = module_name.rsplit(".", 1)[0] if "." in module_name else ""
+    prefix = f"{parent}." if parent else ""
+    names = [t for t in obs.tracked.values() if t.module is not None
+             and (t.module == parent or t.module.startswith(prefix) or parent == "")]
+    return not any(t.trainable for t in names)
+
+
+def _typed(name: str, modules: dict) -> str:
+    return f"{name} ({type(modules[name]).__name__})"
+
+
+def eval_mode_in_training(obs: Observer) -> list[Finding]:
+    modules = dict(obs.model.named_modules())
+    in_eval: dict[str, list[int]] = {}
+    for s in _completed(obs):
+        for name, run in s.modules.items():
+            if run.eval_mode and isinstance(modules.get(name), MODE_MODULES):
+                in_eval.setdefault(name, []).append(s.index)
+    if not in_eval:
+        return []
+    findings = []
+    order = {name: i for i, name in enumerate(modules)}
+    in_eval = dict(sorted(in_eval.items(), key=lambda kv: order.get(kv[0], len(order))))
+    frozen = [n for n in in_eval if _frozen_region(obs, n)]
+    live = [n for n in in_eval if n not in frozen]
+    if live:
+        steps = sorted({i for n in live for i in in_eval[n]})
+        kinds = sorted({type(modules[n]).__name__ for n in live})
+        findings.append(Finding(
+            "eval-mode-in-training", "warning", _names([_typed(n, modules) for n in live]),
+            f"{'/'.join(kinds)} ran in eval mode in {_steps(steps)}: dropout is off and batch norm uses its "
+            "running statistics, so training optimizes a different model (model.eval() left over from validation?)",
+        ))
+    if frozen:
+        findings.append(Finding(
+            "eval-mode-in-training", "info", _names([_typed(n, modules) for n in frozen]),
+            "ran in eval mode inside a block with no trainable parameter (a frozen backbone kept in eval mode: "
+            "fine if deliberate)",
+        ))
+    return findings
+
+
+def no_update(obs: Observer) -> list[Finding]:
+    completed = _completed(obs)
+    findings = []
+    unchanged: dict[str, list[int]] = {}
+    for s in completed:
+        for record in s.opt_steps:
+            for name in record.unchanged:
+                unchanged.setdefault(name, []).append(s.index)
+    if unchanged:
+        lrs = sorted({g.get("lr") for opt in obs.optimizers for g in opt.param_groups if "lr" in g}, key=float)
+        lr_note = f" (learning rate(s) in the param groups: {', '.join(f'{float(lr):g}' for lr in lrs)})" if lrs else ""
+        steps = sorted({i for indices in unchanged.values() for i in indices})
+        findings.append(Finding(
+            "no-update", "error", _names(unchanged, obs),
+            f"nonzero gradients, but the value did not change over optimizer.step() in {_steps(steps)}{lr_note}",
+        ))
+    cleared: dict[str, list[int]] = {}
+    for s in completed:
+        if not s.opt_steps:
+            continue
+        for name, seen in s.grads.items():
+            if seen["nonzero"] and all(name in r.no_grad for r in s.opt_steps if name in r.grad_nonzero):
+                if any(name in r.grad_nonzero for r in s.opt_steps):
+                    cleared.setdefault(name, []).append(s.index)
+    if cleared:
+        steps = sorted({i for indices in cleared.values() for i in indices})
+        findings.append(Finding(
+            "no-update", "error", _names(cleared, obs),
+            f"backward gave nonzero gradients, but .grad was empty when optimizer.step() ran in {_steps(steps)}: "
+            "zero_grad() sits between backward() and step()",
+        ))
+    calls = sum(s.opt_step_calls for s in completed)
+    scaler_skips = sum(1 for s in completed for skipped, _ in s.scaler_steps if skipped)
+    had_grad = any(seen["nonzero"] for s in completed for seen in s.grads.values())
+    if completed and calls == 0 and scaler_skips == 0 and had_grad:
+        findings.append(Finding(
+            "no-update", "error", "optimizer.step()",
+            f"gradients were nonzero, but optimizer.step() of the optimizer passed to diagnose never ran in "
+            f"{len(completed)} step(s): the step calls step() on another optimizer, or skips it (a condition never "
+            "true, or accumulation over more calls than the batches given)",
+        ))
+    return findings
+
+
+def _ratios(obs: Observer) -> dict[str, list[tuple[int, float]]]:
+    ratios: dict[str, list[tuple[int, float]]] = {}
+    for s in _completed(obs):
+        for record in s.opt_steps:
+            for name, ratio in record.ratio.items():
+                ratios.setdefault(name, []).append((s.index, ratio))
+    return ratios
+
+
+def update_ratio_high(obs: Observer) -> list[Finding]:
+    high = {}
+    for name, values in _ratios(obs).items():
+        step, worst = max(values, key=lambda v: v[1])
+        if worst > UPDATE_RATIO_HIGH:
+            high[name] = (step, worst)
+    if not high:
+        return []
+    name, (step, worst) = max(high.items(), key=lambda kv: kv[1][1])
+    return [Finding(
+        "update-ratio-high", "warning", _names(high, obs),
+        f"‖Δθ‖/‖θ‖ above {UPDATE_RATIO_HIGH:g} for {len(high)} weight(s); largest {worst:.3g} for {name} in step "
+        f"{step}: one step rewrites a large part of the weight",
+    )]
+
+
+def update_ratio_low(obs: Observer) -> list[Finding]:
+    low = {}
+    for name, values in _ratios(obs).items():
+        median = statistics.median(v for _, v in values)
+        if 0 < median < UPDATE_RATIO_LOW:
+            low[name] = median
+    if not low:
+        return []
+    name, median = min(low.items(), key=lambda kv: kv[1])
+    return [Finding(
+        "update-ratio-low", "warning", _names(low, obs),
+        f"median ‖Δθ‖/‖θ‖ below {UPDATE_RATIO_LOW:g} for {len(low)} weight(s); smallest {median:.3g} for {name}: "
+        "the weights barely move",
+    )]
+
+
+def amp_step_skipped(obs: Observer) -> list[Finding]:
+    history = [(s.index, skipped, scale) for s in obs.steps for skipped, scale in s.scaler_steps]
+    skips = [h for h in history if h[1]]
+    if not skips:
+        return []
+    n, total = len(skips), len(history)
+    scales = f"scale {history[0][2]:g} → {history[-1][2]:g}"
+    first_ok = next((i for i, h in enumerate(history) if not h[1]), None)
+    nan_loss = sum(1 for s in obs.steps if s.loss is not None and s.loss != s.loss)
+    loss_note = f"; the loss itself was NaN in {nan_loss} step(s)" if nan_loss else ""
+    if n == total:
+        return [Finding(
+            "amp-step-skipped", "error", "scaler.step()",
+            f"the GradScaler skipped all {total} optimizer steps ({scales}): gradients stay inf/NaN as the scale "
+            f"falls, so the cause is the forward or the loss, not an overflow{loss_note}",
+        )]
+    if first_ok is not None and all(h[1] for h in history[:first_ok]) and not any(h[1] for h in history[first_ok:]):
+        return [Finding(
+            "amp-step-skipped", "info", "scaler.step()",
+            f"the GradScaler skipped the first {n} of {total} steps while the scale calibrated ({scales}): normal",
+        )]
+    return [Finding(
+        "amp-step-skipped", "warning", "scaler.step()",
+        f"the GradScaler skipped {n} of {total} optimizer steps ({_steps(h[0] for h in skips)}; {scales}){loss_note}",
+    )]
+
+
+def clip_before_unscale(obs: Observer) -> list[Finding]:
+    scaled = [(s.index, label, line) for s in obs.steps for label, still_scaled, line in s.clips if still_scaled]
+    if not scaled:
+        return []
+    _, label, line = scaled[0]
+    scale = obs.scaler.get_scale() if obs.scaler is not None else float("nan")
+    return [Finding(
+        "clip-before-unscale", "error", line,
+        f"{label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
+        f"{_steps(i for i, _, _ in scaled)}: the threshold acts as max_norm / scale, so every step is clipped hard",
+    )]
+
+
+RULES: list[Callable[[Observer], list[Finding]]] = [
+    step_raised,
+    param_not_in_optimizer,
+    frozen_param_in_optimizer,
+    missing_grad,
+    nonfinite_grad,
+    grad_not_cleared,
+    data_bypass,
+    eval_mode_in_training,
+    no_update,
+    update_ratio_high,
+    update_ratio_low,
+    amp_step_skipped,
+    clip_before_unscale,
+]
+
+
+def run_rules(obs: Observer) -> list[Finding]:
+    """Every rule's findings, in the order of the code table."""
+    return [finding for rule in RULES for finding in rule(obs)]
