@@ -1,0 +1,214 @@
+"""GraphView: the autograd graph your code just built, and a real backward pass through it, step by step."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable
+
+import ipywidgets as w
+
+from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_bytes, format_shape, record_backward
+from autogradlab.render import MAX_NODES, build_scene, to_svg
+
+
+class GraphView(w.VBox):
+    """Show the graph behind a tensor (or a function returning one) and step through backward.
+
+    ``GraphView(loss, params=model)`` draws the graph of ``loss``;
+    ``GraphView(lambda: model(x).pow(2).mean(), params=model)`` also gets a rebuild
+    button that runs the function again. Backward is recorded once, for real, with
+    ``retain_graph=True``; your ``.grad`` values are left as they were.
+
+    >>> import torch
+    >>> w_ = torch.randn(3, requires_grad=True)
+    >>> view = GraphView((w_ * w_).sum(), params={"w": w_})
+    >>> view
+    GraphView(4 nodes, 3 backward steps)
+    >>> view.step.value = 3          # observers redraw, also outside a browser
+    >>> "AccumulateGrad" in view.info.value
+    True
+    """
+
+    def __init__(self, source: Any, params: Any = None, *, saved: bool = True, shapes: bool = True,
+                 direction: str = "backward", max_nodes: int = MAX_NODES):
+        self.params = params
+        self.max_nodes = max_nodes
+        self.graph: Graph | None = None
+        self.record: BackwardRecord | None = None
+        self._builder: Callable | None = None
+
+        self.saved_box = w.Checkbox(value=saved, description="saved tensors", indent=False)
+        self.shapes_box = w.Checkbox(value=shapes, description="shapes", indent=False)
+        self.direction = w.ToggleButtons(options=[("gradient flow", "backward"), ("data flow", "forward")],
+                                         value=direction, description="arrows", style={"button_width": "110px"})
+        self.step = w.IntSlider(value=0, min=0, max=0, description="backward step", continuous_update=False,
+                                style={"description_width": "initial"})
+        self.prev_button = w.Button(description="◀", tooltip="previous backward step", layout=w.Layout(width="40px"))
+        self.next_button = w.Button(description="▶", tooltip="next backward step", layout=w.Layout(width="40px"))
+        self.rebuild_button = w.Button(description="↻ rebuild graph", tooltip="run the function again")
+        self.expand = w.SelectMultiple(options=[], description="expand", rows=4)
+        self.message = w.HTML()
+        self.picture = w.HTML(layout=w.Layout(overflow="auto", max_height="700px", border="1px solid #dee2e6"))
+        self.info = w.HTML()
+        self.memory = w.HTML()
+
+        for control in (self.saved_box, self.shapes_box, self.direction, self.step, self.expand):
+            control.observe(self._redraw, names="value")
+        self.prev_button.on_click(lambda _: self._move(-1))
+        self.next_button.on_click(lambda _: self._move(+1))
+        self.rebuild_button.on_click(lambda _: self.show(self._builder) if self._builder else None)
+        self.toggles = w.HBox([self.saved_box, self.shapes_box, self.direction])
+        self.stepper = w.HBox([self.prev_button, self.step, self.next_button, self.rebuild_button])
+        super().__init__([self.message, self.toggles, self.stepper, self.expand, self.picture, self.info, self.memory])
+        self.show(source)
+
+    def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
+        if self.graph is None:
+            return "GraphView(no graph)"
+        steps = len(self.record.steps) if self.record and not self.record.error else 0
+        return f"GraphView({len(self.graph.nodes)} nodes, {steps} backward steps)"
+
+    # -- building --------------------------------------------------------------------------
+
+    def show(self, source: Any) -> None:
+        """Capture and draw a new graph: a tensor, a tuple of tensors, or a function returning one."""
+        self._builder = source if callable(source) and not hasattr(source, "grad_fn") else None
+        self.rebuild_button.layout.display = None if self._builder else "none"
+        self.graph, self.record = None, None
+        for part in (self.toggles, self.stepper, self.picture):
+            part.layout.display = None
+        output = source
+        if self._builder is not None:
+            try:
+                output = self._builder()
+            except Exception as exc:  # the learner's function failed: say so, in the view
+                self._fail(f"Building the graph raised {type(exc).__name__}: {exc}")
+                return
+        problem = self._describe_problem(output)
+        if problem:
+            self._fail(f"Nothing to draw: {problem}")
+            return
+        try:
+            self.graph = capture(output, params=self.params)
+            self.record = record_backward(output) if not self.graph.freed else None
+        except (TypeError, ValueError) as exc:  # e.g. params that are not tensors
+            self._fail(str(exc))
+            return
+        del output  # the view keeps plain data only, never the tensors (or their activations)
+        scene = build_scene(self.graph, max_nodes=self.max_nodes)
+        self.expand.options = scene.groups if scene.collapsed else []
+        self.expand.layout.display = None if scene.collapsed else "none"
+        steps = len(self.record.steps) if self.record and not self.record.error else 0
+        self.step.max = steps
+        self.step.value = 0
+        for control in (self.step, self.prev_button, self.next_button):
+            control.disabled = steps == 0
+        self.message.value = self._status()
+        self.memory.value = self._memory()
+        self._redraw()
+
+    @staticmethod
+    def _describe_problem(output: Any) -> str | None:
+        items = output if isinstance(output, (tuple, list)) and output and all(hasattr(o, "grad_fn") for o in output) else [output]
+        for item in items:
+            problem = describe_ungraphable(item)
+            if problem:
+                return problem
+        return None
+
+    def _fail(self, text: str) -> None:
+        self.message.value = f'<div style="color:#c92a2a"><b>⚠ {html.escape(text)}</b></div>'
+        self.picture.value = ""
+        self.toggles.layout.display = self.picture.layout.display = "none"
+        # A function can be fixed and rebuilt: keep its button visible.
+        self.stepper.layout.display = None if self._builder else "none"
+        self.info.value = self.memory.value = ""
+        self.step.max, self.step.value = 0, 0
+        self.expand.options = []
+        self.expand.layout.display = "none"
+        for control in (self.step, self.prev_button, self.next_button):
+            control.disabled = True
+
+    def _status(self) -> str:
+        assert self.graph is not None
+        lines = []
+        for node, saved in self.graph.stale:
+            lines.append(f"⚠ <b>{html.escape(node.name)}</b> saved <code>{html.escape(saved.name)}</code>, "
+                         f"which was {html.escape(saved.note.removeprefix('STALE: '))}.")
+        if self.graph.freed:
+            lines.append("⚠ This graph was already freed by <code>backward()</code>: its saved tensors are gone, so "
+                         "backward cannot run through it again. Re-run the cell that builds it (or call "
+                         "<code>backward(retain_graph=True)</code> to keep it).")
+        elif self.record and self.record.error:
+            lines.append(f"Backward fails here: <code>{html.escape(self.record.error)}</code>")
+        if not lines:
+            return ""
+        return '<div style="color:#c92a2a">' + "<br>".join(lines) + "</div>"
+
+    def _memory(self) -> str:
+        g = self.graph
+        assert g is not None
+        pairs = list(g.saved_tensors())
+        live = [s for _, s in pairs if s.state != "freed"]
+        storages = {s.storage for s in live if s.storage is not None}
+        total, activations = g.saved_bytes(), g.activation_bytes()
+        text = (f"<b>Saved for backward:</b> {len(live)} tensors in {len(storages)} storages, "
+                f"{format_bytes(total)} (shared storage counted once); {format_bytes(activations)} of it exists only "
+                f"for backward (activations), the rest is parameters or inputs you hold anyway.")
+        hidden = sum(1 for s in live if s.storage is None)
+        if hidden:
+            text += (f" {hidden} saved tensor(s) were packed by a saved_tensors_hooks hook (checkpointing, "
+                     "offloading): their memory is not counted here.")
+        return text
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    def _move(self, delta: int) -> None:
+        self.step.value = min(max(self.step.value + delta, 0), self.step.max)
+
+    def _redraw(self, _change: Any = None) -> None:
+        if self.graph is None:
+            return
+        highlight, visited, notes = None, [], {}
+        k = self.step.value
+        steps = self.record.steps if self.record and not self.record.error else []
+        for s in steps[:k]:
+            visited.append(s.node_id)
+            if s.grad_norm is not None:
+                notes[s.node_id] = f"‖g‖={s.grad_norm:.3g}"
+        if k:
+            highlight = steps[k - 1].node_id
+        self.picture.value = to_svg(
+            self.graph, saved=self.saved_box.value, shapes=self.shapes_box.value, direction=self.direction.value,
+            expand=self.expand.value, max_nodes=self.max_nodes, highlight=highlight, visited=visited, notes=notes,
+        )
+        self.info.value = self._step_text(k, steps)
+
+    def _step_text(self, k: int, steps: list) -> str:
+        if not steps:
+            return ""
+        if k == 0:
+            return (f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
+                    "the output with gradient 1 (ones for a non-scalar output).")
+        s = steps[k - 1]
+        shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
+        norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
+        text = f"Step {k} of {len(steps)}: <b>{html.escape(s.name)}</b> ran; the gradient arriving had {norm}, shape {shapes}."
+        node = self.graph.node(s.node_id)
+        if node.kind == "leaf":
+            text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
+        if k == len(steps):
+            text += "<br>" + self._grads_table()
+        return text
+
+    def _grads_table(self) -> str:
+        rows = []
+        for node in self.graph.leaves:
+            grad = self.record.leaf_grads.get(node.id)
+            if grad is None:
+                continue
+            name = html.escape(node.param_name or f"leaf {node.id}")
+            rows.append(f"<tr><td><code>{name}.grad</code></td><td>{format_shape(tuple(grad.shape))}</td>"
+                        f"<td>{float(grad.double().norm()):.4g}</td></tr>")
+        return ("<b>Backward finished.</b> The leaves' <code>.grad</code> after this pass:"
+                "<table><tr><th>tensor</th><th>shape</th><th>norm</th></tr>" + "".join(rows) + "</table>")
