@@ -50,6 +50,8 @@ def code_sources(path: Path) -> list[str]:
 def test_nbgrader_generates_and_autogrades(solution, tmp_path):
     course, assignment = tmp_path / "course", solution.stem
     (course / "source" / assignment).mkdir(parents=True)
+    # Chapters run real experiments (a 2-process DDP run in 07): allow more than nbgrader's 30 s a cell.
+    (course / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 300\n")
     shutil.copy(solution, course / "source" / assignment)
     for folder in ("data",):  # notebooks may read recorded results next to them
         if (ROOT / "chapters" / folder).is_dir():
