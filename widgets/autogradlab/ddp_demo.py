@@ -119,7 +119,10 @@ def worker(rank: int, world: int, init_method: str, out: Path) -> None:
     results["global_token_mean"] = _grad(model)
     results["tokens"] = torch.tensor(shard.tokens)
 
-    torch.save(results, out / f"rank{rank}.pt")
+    partial = out / f"rank{rank}.pt.partial"
+    torch.save(results, partial)
+    partial.rename(out / f"rank{rank}.pt")  # the launcher never reads a half-written file
+    dist.barrier()  # nobody tears down gloo while a peer still talks to it
     dist.destroy_process_group()
 
 
@@ -131,6 +134,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     worker(args.rank, args.world_size, args.init, args.out)
+    # gloo's C++ threads can still hold Python objects during interpreter teardown and abort it
+    # (SIGABRT, "terminate called without an active exception"); the results are saved, so skip it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # --------------------------------------------------------------------------- launcher side
