@@ -49,6 +49,10 @@ LAB_ARGS ?=
 lab: $(VENV)/.installed-runtime
 	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/chapters/00_welcome.ipynb $(LAB_ARGS)
 
+# One pytest worker per core. --dist loadfile keeps each notebook (and each test module) on one worker:
+# nbval runs a notebook's cells in order in one kernel. PYTEST_PARALLEL= runs everything in one process.
+PYTEST_PARALLEL ?= -n auto --dist loadfile
+
 # Tests keep Jupyter, IPython and matplotlib state inside the checkout, never in $HOME.
 test: export JUPYTER_CONFIG_DIR := $(LOCAL)/config
 test: export JUPYTER_DATA_DIR := $(LOCAL)/data
@@ -58,7 +62,7 @@ test: export MPLCONFIGDIR := $(LOCAL)/matplotlib
 test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
 test: $(VENV)/.installed-test $(GRADER)/.installed
 	$(BIN)/python -m autogradlab.release --check
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 release: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.release
