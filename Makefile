@@ -49,9 +49,11 @@ LAB_ARGS ?=
 lab: $(VENV)/.installed-runtime
 	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/chapters/00_welcome.ipynb $(LAB_ARGS)
 
-# One pytest worker per core. --dist loadfile keeps each notebook (and each test module) on one worker:
-# nbval runs a notebook's cells in order in one kernel. PYTEST_PARALLEL= runs everything in one process.
-PYTEST_PARALLEL ?= -n auto --dist loadfile
+# One pytest worker per core, at most 4 (beyond that the nbgrader module alone sets the pace, and each
+# worker holds its own torch and kernels in memory). --dist loadfile keeps each notebook (and each test
+# module) on one worker: nbval runs a notebook's cells in order in one kernel.
+# PYTEST_PARALLEL= runs everything in one process.
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
 
 # Tests keep Jupyter, IPython and matplotlib state inside the checkout, never in $HOME.
 test: export JUPYTER_CONFIG_DIR := $(LOCAL)/config
