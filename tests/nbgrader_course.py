@@ -1,8 +1,11 @@
-"""Classroom use: nbgrader's own generate_assignment and autograde run on solutions/ unchanged.
+"""Classroom use: run nbgrader's own generate_assignment and autograde on one chapter, unchanged.
 
 nbgrader lives in .venv-grader (made by `make test`), so its menus never appear in the
 learners' JupyterLab. A correct submission must score full marks, an untouched one zero,
 and nbgrader's student version must match our chapters/ cell for cell.
+
+The tests are test_nbgrader_part1.py and test_nbgrader_part2.py: two modules, so that
+`make test` (pytest-xdist, --dist loadfile) can run them on two workers at once.
 """
 
 import json
@@ -19,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GRADER_BIN = ROOT / ".venv-grader" / "bin"
 NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
-pytestmark = pytest.mark.skipif(
+skip_without_grader = pytest.mark.skipif(
     not (GRADER_BIN / "nbgrader").exists(), reason=".venv-grader is missing: run `make test`, which creates it"
 )
 
@@ -46,8 +49,8 @@ def code_sources(path: Path) -> list[str]:
     return [c.source.strip() for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("solution", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_nbgrader_generates_and_autogrades(solution, tmp_path):
+def grade_chapter(solution: Path, tmp_path: Path) -> None:
+    """Generate the student version of `solution`, autograde it and the solution, and check the scores."""
     course, assignment = tmp_path / "course", solution.stem
     (course / "source" / assignment).mkdir(parents=True)
     # Chapters run real experiments (a 2-process DDP run in 07): allow more than nbgrader's 30 s a cell.
