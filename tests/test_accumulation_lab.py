@@ -2,7 +2,7 @@
 
 import pytest
 
-from autogradlab.widgets import AccumulationLab
+from autogradlab.views import AccumulationLab
 
 
 def test_initial_state_and_repr():

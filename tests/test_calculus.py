@@ -1,12 +1,12 @@
-"""Chapter 00's model (autogradlab.calculus) and its view (TangentExplorer)."""
+"""Chapter 00's model (autogradlab.models.calculus) and its view (TangentExplorer)."""
 
 import math
 
 import pytest
 import torch
 
-from autogradlab.calculus import FUNCTIONS, curve, tangent
-from autogradlab.widgets import TangentExplorer
+from autogradlab.models.calculus import FUNCTIONS, curve, tangent
+from autogradlab.views import TangentExplorer
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from autogradlab.checks import ch08
 from autogradlab.checks.ch08 import check_amp_train_step, check_grad_after_clip_bug, check_loss_scale_after
 from autogradlab.checks.core import ExerciseError
-from autogradlab.loss_scale import scale_trace
+from autogradlab.models.loss_scale import scale_trace
 
 # ---- exercise 1: the AMP step ----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from autogradlab.ddp_demo import compare, run_ddp_demo
+from autogradlab.models.ddp_demo import compare, run_ddp_demo
 
 
 def test_real_ddp_run_matches_single_process_references():
@@ -40,8 +40,8 @@ def test_a_crashing_worker_is_reported_with_its_last_line():
 
 
 def test_compare_detects_a_wrong_gradient():
-    from autogradlab.accumulation import full_batch_gradient, token_batch, token_model
-    from autogradlab.ddp_demo import EQUAL, UNEQUAL
+    from autogradlab.models.token_accumulation import full_batch_gradient, token_batch, token_model
+    from autogradlab.models.ddp_demo import EQUAL, UNEQUAL
 
     good = full_batch_gradient(token_model(), token_batch(**EQUAL), "mean")
     unequal = full_batch_gradient(token_model(), token_batch(**UNEQUAL), "mean")

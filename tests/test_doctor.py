@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autogradlab.doctor import CODES, diagnose
+from autogradlab.models.doctor import CODES, diagnose
 
 
 def _batches(n_batches: int = 4, batch: int = 8, dim: int = 6, seed: int = 0, regression: bool = False) -> list:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from autogradlab.doctor import CODES, Finding, Report, code_table, graph_leaves
+from autogradlab.models.doctor import CODES, Finding, Report, code_table, graph_leaves
 
 
 def _report():

@@ -1,4 +1,4 @@
-"""autogradlab.experiments: every experiment's result record on the CPU (small sizes), and what it must show."""
+"""autogradlab.models.experiments: every experiment's result record on the CPU (small sizes), and what it must show."""
 
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from autogradlab.experiments import (
+from autogradlab.models.experiments import (
     EXPERIMENTS,
     as_record,
     fp16_fate,
@@ -22,8 +22,8 @@ from autogradlab.experiments import (
     saved_activation_bytes,
     table,
 )
-from autogradlab.experiments.amp import block_step_flops, mlp_step_flops
-from autogradlab.experiments.common import experiment_device, json_safe, mode_unavailable, resolve_preset
+from autogradlab.models.experiments.amp import block_step_flops, mlp_step_flops
+from autogradlab.models.experiments.common import experiment_device, json_safe, mode_unavailable, resolve_preset
 
 
 def _json_roundtrip(result):
@@ -229,7 +229,7 @@ def test_checkpoint_prediction_scales_with_depth():
 
 
 def test_checkpoint_does_not_change_gradients():
-    from autogradlab.experiments.checkpoint import Stack
+    from autogradlab.models.experiments.checkpoint import Stack
 
     torch.manual_seed(0)
     model = Stack(8, 3)

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from autogradlab.experiments.__main__ import main
-from autogradlab.experiments.recorded import describe, latest_recorded, load_results, recorded_files
+from autogradlab.models.experiments.__main__ import main
+from autogradlab.models.experiments.recorded import describe, latest_recorded, load_results, recorded_files
 
 
 def test_cli_writes_header_and_results(tmp_path, capsys):
@@ -16,7 +16,7 @@ def test_cli_writes_header_and_results(tmp_path, capsys):
     data = json.loads(out.read_text())
     head = data["header"]
     assert head["device"] == "cpu" and head["preset"] == "cpu-small" and head["torch"]
-    assert head["command"] == f"python -m autogradlab.experiments scaler --device cpu --out {out}"
+    assert head["command"] == f"python -m autogradlab.models.experiments scaler --device cpu --out {out}"
     assert head["date"].endswith("+00:00")
     assert head["load_average_1min"] >= 0 and head["cpu_threads"] >= 1
     assert set(data["results"]) == {"scaler"} and data["results"]["scaler"]["skipped_steps"]
@@ -34,7 +34,7 @@ def test_cli_rejects_unknown_device_and_experiment(capsys):
 def test_module_entry_point_runs(tmp_path):
     out = tmp_path / "r.json"
     done = subprocess.run(
-        [sys.executable, "-m", "autogradlab.experiments", "inplace", "--device", "cpu", "--quiet", "--out", str(out)],
+        [sys.executable, "-m", "autogradlab.models.experiments", "inplace", "--device", "cpu", "--quiet", "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,7 @@
 
 import torch
 
-from autogradlab.widgets import GraphView
+from autogradlab.views import GraphView
 
 
 def mlp_loss(seed=0):

@@ -1,4 +1,4 @@
-"""autogradlab.loss_scale reproduces torch.amp.GradScaler's update rule exactly (the real one is the oracle)."""
+"""autogradlab.models.loss_scale reproduces torch.amp.GradScaler's update rule exactly (the real one is the oracle)."""
 
 import math
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from autogradlab.loss_scale import (
+from autogradlab.models.loss_scale import (
     FP16_MAX,
     FP16_MIN_NORMAL,
     FP16_MIN_SUBNORMAL,

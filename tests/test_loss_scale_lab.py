@@ -2,8 +2,8 @@
 
 import torch
 
-from autogradlab.loss_scale import scale_trace
-from autogradlab.widgets import LossScaleLab
+from autogradlab.models.loss_scale import scale_trace
+from autogradlab.views import LossScaleLab
 
 
 def test_lab_draws_and_reads_out():

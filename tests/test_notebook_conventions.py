@@ -53,3 +53,56 @@ def test_no_error_outputs_in_solutions(notebook):
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             assert output.output_type != "error", f"a solution cell raised: {cell.source[:80]}"
+
+
+PREDICT = re.compile(r"\*\*Predict(?::\*\*|\*\*)")
+CHAPTERS = ROOT / "chapters"
+
+
+def _prompt_answer_pairs(nb):
+    """(prompt markdown index, index of the code cell that answers it) for every **Predict** prompt."""
+    pairs = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and PREDICT.search(cell.source):
+            nxt = next((j for j in range(i + 1, len(nb.cells)) if nb.cells[j].cell_type == "code"), None)
+            pairs.append((i, nxt))
+    return pairs
+
+
+def test_predict_prompts_are_answered_by_a_tagged_cell(notebook):
+    """The cell after a **Predict** prompt is tagged answers-prediction, so the release hides its output."""
+    path, nb = notebook
+    for prompt, answer in _prompt_answer_pairs(nb):
+        assert answer is not None, f"{path.name} cell {prompt}: a Predict prompt with no code cell after it"
+        tags = nb.cells[answer].metadata.get("tags", [])
+        assert "answers-prediction" in tags, (
+            f"{path.name} cell {answer} answers the Predict prompt in cell {prompt}: tag it 'answers-prediction'"
+        )
+
+
+def test_no_predict_answer_is_visible_in_chapters(notebook):
+    """In chapters/, the learner sees no output of a cell that answers a Predict prompt before running it."""
+    path, _ = notebook
+    chapter = nbformat.read(CHAPTERS / path.name, as_version=4)
+    for prompt, answer in _prompt_answer_pairs(chapter):
+        assert answer is None or not chapter.cells[answer].get("outputs"), (
+            f"chapters/{path.name} cell {answer} shows the answer to the Predict prompt in cell {prompt}"
+        )
+
+
+def test_states_its_estimated_time_by_the_course_rule(notebook):
+    """The first cell states the time the pace rule computes (autogradlab.release.pace), at most 75 minutes."""
+    from autogradlab.release.pace import MAX_MINUTES, estimate
+
+    path, nb = notebook
+    pace = estimate(nb)
+    headings = [c for c in nb.cells if c.cell_type == "markdown" and re.search(r"^#+ *Exercise\b", c.source, re.M)]
+    assert len(pace.exercise_minutes) == len(headings), (
+        f"{path.name}: every exercise heading states its time, e.g. '### Exercise 1 — the VJP of softmax (about 15 min)'"
+    )
+    assert pace.stated is not None, f"{path.name}: the first cell needs '*Estimated time: about {pace.rounded} minutes.*'"
+    assert pace.stated == pace.rounded, (
+        f"{path.name} states {pace.stated} minutes; the rule gives {pace.minutes} → about {pace.rounded} minutes "
+        f"({pace.words} words, {pace.demo_cells} demo cells, exercises {pace.exercise_minutes})"
+    )
+    assert pace.rounded <= MAX_MINUTES, f"{path.name} needs about {pace.rounded} minutes; trim or split it"

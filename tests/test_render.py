@@ -39,7 +39,7 @@ def node_groups(svg):
 
 
 def test_svg_is_well_formed_and_deterministic():
-    a, b = small_graph().to_svg(), small_graph().to_svg()
+    a, b = to_svg(small_graph()), to_svg(small_graph())
     assert a == b
     root = ET.fromstring(a)
     assert root.tag.endswith("svg") and float(root.get("width")) > 0
@@ -47,7 +47,7 @@ def test_svg_is_well_formed_and_deterministic():
 
 
 def test_every_kind_is_drawn_distinctly_with_a_legend():
-    svg = small_graph().to_svg()
+    svg = to_svg(small_graph())
     kinds = node_groups(svg)
     assert kinds.count("output") == 1 and kinds.count("param") == 4 and kinds.count("op") >= 6
     for text in ("output tensor", "backward op", "parameter (leaf)", "saved tensor", "stale (changed in place)",
@@ -59,33 +59,33 @@ def test_every_kind_is_drawn_distinctly_with_a_legend():
 
 def test_unnamed_leaf_is_drawn_as_other_leaf():
     x = torch.randn(3, requires_grad=True)
-    svg = capture(x.sin().sum()).to_svg()
+    svg = to_svg(capture(x.sin().sum()))
     assert node_groups(svg).count("leaf") == 1
 
 
 def test_saved_states_are_visible():
-    stale = small_graph(stale=True).to_svg()
+    stale = to_svg(small_graph(stale=True))
     assert 'class="saved stale"' in stale and "✗ v0→1" in stale and "STALE" in stale
-    freed = small_graph(freed=True).to_svg()
+    freed = to_svg(small_graph(freed=True))
     assert 'class="saved freed"' in freed and "result freed" in freed and 'class="saved ok"' not in freed
 
 
 def test_toggles_saved_shapes_and_direction():
     g = small_graph()
-    assert 'class="saved' not in g.to_svg(saved=False)
-    assert ">(5, 3)<" in g.to_svg() and ">(5, 3)<" not in g.to_svg(shapes=False)
-    back, fwd = g.to_svg(), g.to_svg(direction="forward")
+    assert 'class="saved' not in to_svg(g, saved=False)
+    assert ">(5, 3)<" in to_svg(g) and ">(5, 3)<" not in to_svg(g, shapes=False)
+    back, fwd = to_svg(g), to_svg(g, direction="forward")
     assert "data flow (forward)" in fwd
     first = lambda svg: re.search(r'class="edge" d="M([\d.-]+),([\d.-]+)', svg.split("</g>", 1)[1]).groups()
     assert first(back) != first(fwd)  # the same curve, drawn from the other end
     with pytest.raises(ValueError, match="direction"):
-        g.to_svg(direction="up")
+        to_svg(g, direction="up")
 
 
 def test_highlight_visited_and_notes():
     g = small_graph()
     op = g.find("ExpBackward0")[0]
-    svg = g.to_svg(highlight=op.id, visited=[1, 2], notes={op.id: "‖g‖=1.23"})
+    svg = to_svg(g, highlight=op.id, visited=[1, 2], notes={op.id: "‖g‖=1.23"})
     assert 'class="node op cur"' in svg and svg.count(" done") >= 1 and "‖g‖=1.23" in svg
     assert 'class="edge hl"' in svg
 
@@ -93,20 +93,20 @@ def test_highlight_visited_and_notes():
 def test_big_graph_collapses_into_groups_that_expand():
     g = deep_mlp(60)  # 60 Linear+ReLU: 300+ nodes
     assert len(g.nodes) > 150
-    collapsed = g.to_svg()
+    collapsed = to_svg(g)
     assert "module group (collapsed)" in collapsed
     assert len(node_groups(collapsed)) < 40 and "group" in node_groups(collapsed)
     scene = build_scene(g)
     first = scene.groups[0]
-    expanded = g.to_svg(expand=[first])
+    expanded = to_svg(g, expand=[first])
     assert len(node_groups(expanded)) > len(node_groups(collapsed))
-    full = g.to_svg(collapse=False)
+    full = to_svg(g, collapse=False)
     assert len(node_groups(full)) == len(g.nodes)
 
 
 def test_escapes_names():
     w = torch.randn(2, requires_grad=True)
-    svg = capture((w * 2).sum(), params={"<w & v>": w}).to_svg()
+    svg = to_svg(capture((w * 2).sum(), params={"<w & v>": w}))
     assert "&lt;w &amp; v&gt;" in svg
     ET.fromstring(svg)
 
@@ -137,13 +137,23 @@ def test_ten_thousand_op_chain_and_five_thousand_node_layout_do_not_recurse():
     for _ in range(10_000):
         y = y.sin()
     g = capture(y.sum())
-    assert "<svg" in g.to_svg()  # collapsed automatically
-    assert "<svg" in deep_mlp(1000).to_svg(collapse=False)
+    assert "<svg" in to_svg(g)  # collapsed automatically
+    assert "<svg" in to_svg(deep_mlp(1000), collapse=False)
 
 
-def test_repr_svg_in_notebooks():
-    g = small_graph()
-    assert g._repr_svg_() == g.to_svg()
+def test_ipython_draws_a_graph_once_render_is_imported():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        import autogradlab.render as render
+
+        render._register_svg_formatter()
+        g = small_graph()
+        data, _ = shell.display_formatter.format(g)
+        assert data["image/svg+xml"] == to_svg(g)
+    finally:
+        InteractiveShell.clear_instance()
 
 
 def test_digraph_source_and_dot_engine():
@@ -157,7 +167,7 @@ def test_digraph_source_and_dot_engine():
 
 
 def test_badges_sharing_a_storage_are_marked():
-    svg = small_graph().to_svg()
+    svg = to_svg(small_graph())
     assert "result (5, 3) ≡1" in svg and "mat1 (5, 3) ≡1" in svg and "one storage, held once" in svg
     x = torch.randn(3, requires_grad=True)
-    assert "≡" not in capture(x.exp().sum()).to_svg()
+    assert "≡" not in to_svg(capture(x.exp().sum()))

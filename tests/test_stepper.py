@@ -2,7 +2,7 @@
 
 import pytest
 
-from autogradlab.stepper import Stepper, function_lines
+from autogradlab.models.stepper import Stepper, function_lines
 
 
 def body(a, b=2):

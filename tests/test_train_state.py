@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from autogradlab.train_state import (
+from autogradlab.models.train_state import (
     STATES,
     StepSession,
     changed_states,

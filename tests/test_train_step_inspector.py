@@ -2,8 +2,8 @@
 
 import pytest
 
-from autogradlab.widgets import TrainStepInspector
-from autogradlab.widgets.train_step_inspector import _CHANGED
+from autogradlab.views import TrainStepInspector
+from autogradlab.views.train_step_inspector import _CHANGED
 
 
 def test_initial_view_and_repr():

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autogradlab.vjp import (
+from autogradlab.models.vjp import (
     OPS,
     ShapeError,
     autograd_vjp,

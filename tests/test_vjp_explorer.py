@@ -2,8 +2,8 @@
 
 import pytest
 
-from autogradlab.vjp import explore
-from autogradlab.widgets import VJPExplorer
+from autogradlab.models.vjp import explore
+from autogradlab.views import VJPExplorer
 
 
 @pytest.fixture(scope="module")

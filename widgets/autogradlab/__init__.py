@@ -1,7 +1,9 @@
 """Autograd Lab: the package the course notebooks run on.
 
-Layers (lower never imports higher): graph capture -> rendering -> lab models
-(``calculus``, ``device``, ...) -> ``widgets`` views -> ``checks`` -> ``release``.
+Layers (lower never imports higher; ``tests/test_layers.py`` enforces it):
+base (the top-level modules: ``device``, ``units``) -> ``graph`` (capture) ->
+``render`` -> ``models`` (the labs' computations) -> ``views`` (ipywidgets) ->
+``checks`` -> ``release``.
 """
 
 __version__ = "0.1.0"

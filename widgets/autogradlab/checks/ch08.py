@@ -366,7 +366,7 @@ def check_loss_scale_after(loss_scale_after) -> None:
     """Check ``loss_scale_after(overflows, init_scale, growth_interval, growth_factor, backoff_factor)`` against a
     real ``torch.amp.GradScaler('cpu')`` driven by the same sequence (``overflows[i]`` True = step i had inf/NaN).
 
-    >>> from autogradlab.loss_scale import scale_trace
+    >>> from autogradlab.models.loss_scale import scale_trace
     >>> check_loss_scale_after(lambda o, s, n, g, b: scale_trace(o, init_scale=s, growth_interval=n,
     ...                                                             growth_factor=g, backoff_factor=b).final_scale)
     ✓ loss_scale_after matches torch.amp.GradScaler on 6 sequences

@@ -1,7 +1,7 @@
 """Checkers for chapter 09 (when the model does not learn): repaired steps, judged by the doctor.
 
 Every checker runs the learner's repaired model or step through
-:func:`autogradlab.doctor.diagnose` (no error or warning may remain), compares the
+:func:`autogradlab.models.doctor.diagnose` (no error or warning may remain), compares the
 parameters after a few steps with a reference step (so a step that is silent but
 computes something else does not pass), and trains long enough to see the loss fall.
 
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autogradlab.checks.core import ExerciseError, call_learner, compare, passed
-from autogradlab.doctor import diagnose
+from autogradlab.models.doctor import diagnose
 
 # --------------------------------------------------------------------------- data and models
 

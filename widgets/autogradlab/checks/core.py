@@ -17,11 +17,13 @@ them, we can name the mistake exactly) and generic shape/scale diagnostics
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -86,21 +88,145 @@ def _learner_line(exc: BaseException) -> str:
     return f"\n  in your code: {last.line}  (line {last.lineno})" if last.line else ""
 
 
-def call_learner(fn: Callable, args: Sequence, name: str, label: str) -> Any:
-    """Call the learner's ``fn(*args)``; turn any exception into an ExerciseError that says where."""
+class _AutogradUsed(RuntimeError):
+    """Raised inside a :func:`by_hand` region when the learner's code calls autograd."""
+
+
+def _autograd_entry_points() -> tuple:
+    """What a learner may reach for instead of deriving, as (owner, attribute, name shown).
+
+    Tensor.backward calls ``torch.autograd.backward``; every ``torch.func`` transform
+    enters functorch's grad or jvp level through the two context managers named here;
+    ``torch.autograd.functional`` would silently return zeros under inference mode.
+    """
+    import torch.autograd.functional as functional
+    from torch._functorch import eager_transforms
+
+    return (
+        (torch.autograd, "backward", "`backward()`"),
+        (torch.autograd, "grad", "`torch.autograd.grad`"),
+        (eager_transforms, "grad_increment_nesting", "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
+        (eager_transforms, "jvp_increment_nesting", "a `torch.func` forward-mode transform (jvp, jacfwd)"),
+        *((functional, f, f"`torch.autograd.functional.{f}`") for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
+    )
+
+
+@contextlib.contextmanager
+def by_hand() -> Iterator[None]:
+    """Run a "by hand" answer with autograd out of reach: any use raises with a clear message.
+
+    Autograd's entry points and the ``torch.func`` transforms are replaced for the
+    duration, and the region runs under ``torch.inference_mode()``, so a reference
+    to ``torch.autograd.grad`` imported earlier cannot record a graph either.
+
+    >>> import torch
+    >>> with by_hand():
+    ...     (2 * torch.ones(2)).tolist()
+    [2.0, 2.0]
+    """
+    saved = []
+
+    def forbid(what: str) -> Callable:
+        def refuse(*args, **kwargs):
+            raise _AutogradUsed(what)
+
+        return refuse
+
+    try:
+        for owner, attr, what in _autograd_entry_points():
+            saved.append((owner, attr, getattr(owner, attr)))
+            setattr(owner, attr, forbid(what))
+        with torch.inference_mode():
+            yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+def _global_state() -> dict[str, Any]:
+    """Process-wide settings a learner's function must leave as it found them."""
+    return {
+        "grad mode (torch.is_grad_enabled())": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "the default dtype": torch.get_default_dtype(),
+        "anomaly detection": torch.is_anomaly_enabled(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
+        "the recursion limit": sys.getrecursionlimit(),
+    }
+
+
+def _autograd_hint(exc: BaseException) -> str | None:
+    if isinstance(exc, _AutogradUsed):
+        return (
+            f"this exercise asks for the formula by hand, but your code calls {exc}. "
+            "Write the gradient with plain tensor operations; autograd is only the reference the checker uses."
+        )
+    return None
+
+
+def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_autograd: bool = False) -> Any:
+    """Call the learner's ``fn(*args)``; turn any exception into an ExerciseError that says where.
+
+    With ``no_autograd`` the call runs inside :func:`by_hand`, and a tensor result is
+    cloned out of inference mode. Global settings the function changed and did not
+    restore (grad mode, default dtype, ...) are reported as a mistake.
+    """
     if not callable(fn):
         raise ExerciseError(f"`{name}` should be a function, but it is a {type(fn).__name__}.")
+    before = _global_state()
     try:
-        return fn(*args)
+        if no_autograd:
+            with by_hand():
+                try:
+                    result = fn(*args)
+                except RuntimeError as exc:  # autograd reached through a name imported earlier
+                    if "does not require grad" in str(exc):
+                        raise _AutogradUsed("autograd (a graph cannot be recorded here)") from exc
+                    raise
+            result = _out_of_inference(result)
+        else:
+            result = fn(*args)
     except NotImplementedError:
         raise ExerciseError(
             f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` "
             "with your code, run that cell, then run this check again."
         ) from None
     except Exception as exc:  # the learner's bug, reported as such
+        hint = _autograd_hint(exc)
+        if hint:
+            raise ExerciseError(f"`{name}` used autograd for {label}.\nHint: {hint}{_learner_line(exc)}") from None
         raise ExerciseError(
             f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}"
         ) from None
+    finally:
+        changed = [what for what, value in _global_state().items() if before[what] != value]
+        _restore_global_state(before)
+    if changed:
+        raise ExerciseError(
+            f"`{name}` changed {', '.join(changed)} for {label} and left it changed. "
+            "Hint: a function must leave global settings as it found them; use a `with` block "
+            "(e.g. `with torch.no_grad():`) instead of a global switch."
+        )
+    return result
+
+
+def _restore_global_state(state: Mapping[str, Any]) -> None:
+    torch.set_grad_enabled(state["grad mode (torch.is_grad_enabled())"])
+    torch.set_default_dtype(state["the default dtype"])
+    torch.set_anomaly_enabled(state["anomaly detection"])
+    torch.use_deterministic_algorithms(state["deterministic algorithms"])
+    sys.setrecursionlimit(state["the recursion limit"])
+
+
+def _out_of_inference(value: Any) -> Any:
+    """Inference tensors cannot join a graph later; give the checker ordinary copies."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if value.is_inference() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_out_of_inference(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _out_of_inference(v) for k, v in value.items()}
+    return value
 
 
 def _describe(value: Any) -> str:
@@ -240,6 +366,7 @@ def check_function(
     mistakes: Mapping[str, Callable] | None = None,
     check_dtype: bool = True,
     error_hint: str | None = None,
+    no_autograd: bool = False,
 ) -> None:
     """Run ``fn`` and ``reference`` on every case and compare; print ✓ or raise ExerciseError.
 
@@ -247,11 +374,12 @@ def check_function(
     alter the reference (and is reported if it happens). ``mistakes`` maps a hint
     to a function with the reference's signature computing a typical wrong answer.
     ``error_hint`` is added to the message when the learner's function raises.
+    ``no_autograd`` enforces an exercise's "by hand" contract (see :func:`by_hand`).
     """
     for case in cases:
         expected = reference(*_clone(case.args))
         learner_args = _clone(case.args)
-        got = _call_with_hint(fn, learner_args, name, case.label, error_hint)
+        got = _call_with_hint(fn, learner_args, name, case.label, error_hint, no_autograd)
         _check_inputs_untouched(case.args, learner_args, name, case.label)
         wrong = {hint: wrong_fn(*_clone(case.args)) for hint, wrong_fn in (mistakes or {}).items()}
         compare(
@@ -277,6 +405,7 @@ def check_function_outputs(
     mistakes: Mapping[str, Callable] | None = None,
     error_hint: str | None = None,
     check_dtype: bool = True,
+    no_autograd: bool = False,
 ) -> None:
     """Like :func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``.
 
@@ -294,7 +423,7 @@ def check_function_outputs(
     for case in cases:
         expected = tuple(reference(*_clone(case.args)))
         learner_args = _clone(case.args)
-        got = _call_with_hint(fn, learner_args, name, case.label, error_hint)
+        got = _call_with_hint(fn, learner_args, name, case.label, error_hint, no_autograd)
         _check_inputs_untouched(case.args, learner_args, name, case.label)
         got = _as_outputs(got, outputs, name)
         wrong = {hint: tuple(wrong_fn(*_clone(case.args))) for hint, wrong_fn in (mistakes or {}).items()}
@@ -312,12 +441,14 @@ def check_function_outputs(
     passed(f"{name} matches the reference on {len(cases)} input{plural} (outputs {', '.join(outputs)})")
 
 
-def _call_with_hint(fn: Callable, args: tuple, name: str, label: str, error_hint: str | None) -> Any:
+def _call_with_hint(
+    fn: Callable, args: tuple, name: str, label: str, error_hint: str | None, no_autograd: bool = False
+) -> Any:
     """call_learner, adding ``error_hint`` when the learner's own code raised."""
     try:
-        return call_learner(fn, args, name, label)
+        return call_learner(fn, args, name, label, no_autograd=no_autograd)
     except ExerciseError as error:
-        if error_hint and " raised " in str(error):
+        if error_hint and " raised " in str(error) and "used autograd" not in str(error):
             raise ExerciseError(f"{error}\nHint: {error_hint}") from None
         raise
 

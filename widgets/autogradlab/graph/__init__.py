@@ -11,11 +11,11 @@
 """
 
 from autogradlab.graph.groups import module_groups
-from autogradlab.graph.model import Edge, Graph, Node, Saved, format_bytes, format_shape
+from autogradlab.graph.model import Edge, Graph, Node, Saved, format_shape
 from autogradlab.graph.trace import BackwardRecord, Step, record_backward
 from autogradlab.graph.traverse import capture, describe_ungraphable, node_name
 
 __all__ = [
     "capture", "record_backward", "module_groups", "describe_ungraphable", "node_name",
-    "Graph", "Node", "Edge", "Saved", "BackwardRecord", "Step", "format_bytes", "format_shape",
+    "Graph", "Node", "Edge", "Saved", "BackwardRecord", "Step", "format_shape",
 ]

@@ -12,16 +12,10 @@ from typing import Iterator
 
 import torch
 
+from autogradlab.units import format_bytes
+
 KINDS = ("output", "op", "leaf")
 STATES = ("ok", "stale", "freed")
-
-
-def format_bytes(n: int) -> str:
-    """Bytes as a short human string: ``format_bytes(1536) == '1.5 kB'`` (powers of 1000, like nvidia-smi's MB)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
 
 
 @lru_cache(maxsize=4096)  # a big graph repeats the same few shapes thousands of times
@@ -236,12 +230,3 @@ class Graph:
     def activation_bytes(self) -> int:
         """Saved memory that exists only because of this graph (not parameters or inputs you hold)."""
         return self.saved_bytes(include_leaves=False)
-
-    def to_svg(self, **options) -> str:
-        """Draw the graph as a deterministic SVG string; see :func:`autogradlab.render.to_svg` for options."""
-        from autogradlab.render import to_svg  # render sits one layer above; imported on use
-
-        return to_svg(self, **options)
-
-    def _repr_svg_(self) -> str:
-        return self.to_svg()

@@ -10,6 +10,10 @@ nbgrader on solutions/ unchanged):
   ``### BEGIN HIDDEN TESTS`` … ``### END HIDDEN TESTS`` regions;
 - both lose outputs and execution counts and are tagged ``raises-exception``
   (nbval and JupyterLab's Run All then expect them to fail until solved);
+- a cell tagged ``answers-prediction`` (its output answers a **Predict** prompt)
+  loses its outputs too, so the learner commits to a prediction before seeing the
+  answer; it is tagged ``nbval-ignore-output`` in the chapter (its output is
+  compared in solutions/, where it is kept);
 - every other cell keeps its outputs, so the chapter reads well unexecuted.
 
 >>> import nbformat
@@ -29,6 +33,8 @@ BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 EXPECTS_ERROR_TAG = "raises-exception"
+ANSWER_TAG = "answers-prediction"
+IGNORE_OUTPUT_TAG = "nbval-ignore-output"
 _ANY_MARKER = re.compile(r"^\s*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)\s*$")
 
 
@@ -111,6 +117,8 @@ def validate(nb, notebook: str) -> None:
             raise ReleaseError(f"{where}: a code solution cell needs a '### BEGIN SOLUTION' region")
         if role == "check":
             _replace_regions(cell.source.splitlines(), BEGIN_HIDDEN, END_HIDDEN, where, False)
+        if ANSWER_TAG in cell.get("metadata", {}).get("tags", []) and (cell.cell_type != "code" or role != "plain"):
+            raise ReleaseError(f"{where}: the {ANSWER_TAG!r} tag belongs on a plain code cell (not an exercise or check)")
 
 
 def _add_tag(cell, tag: str) -> None:
@@ -126,6 +134,10 @@ def student_notebook(solution_nb, notebook: str):
     for index, cell in enumerate(nb.cells):
         role = nbgrader_role(cell)
         if role == "plain":
+            if ANSWER_TAG in cell.metadata.get("tags", []):
+                cell.outputs = []
+                cell.execution_count = None
+                _add_tag(cell, IGNORE_OUTPUT_TAG)
             continue
         where = _where(notebook, index, cell)
         if role == "solution" and cell.cell_type == "markdown":

@@ -82,4 +82,22 @@ def to_digraph(graph: Graph, **options):
     return build(graph, **options)
 
 
+def _register_svg_formatter() -> None:
+    """Let IPython draw a :class:`Graph` as the last expression of a cell.
+
+    Registered here, not in the graph layer: capture knows nothing of drawing. Any
+    notebook that imports a view or this module gets the picture; without it a Graph
+    shows its one-line text repr.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing to register
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["image/svg+xml"].for_type(Graph, to_svg)
+
+
+_register_svg_formatter()
+
 __all__ = ["to_svg", "to_digraph", "dot_available", "build_scene", "layout_scene", "layered_layout", "MAX_NODES"]

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from autogradlab.graph.groups import module_groups
-from autogradlab.graph.model import Graph, Node, Saved, dtype_name, format_bytes, format_shape
+from autogradlab.graph.model import Graph, Node, Saved, dtype_name, format_shape
+from autogradlab.units import format_bytes
 from autogradlab.render import style
 
 MAX_NODES = 150  # above this, collapse="auto" draws module groups

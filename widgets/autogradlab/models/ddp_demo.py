@@ -1,6 +1,6 @@
 """Data-parallel training as gradient accumulation across processes: a real DDP run on CPU (chapter 07).
 
-:func:`run_ddp_demo` starts two worker processes (``python -m autogradlab.ddp_demo
+:func:`run_ddp_demo` starts two worker processes (``python -m autogradlab.models.ddp_demo
 --rank R ...``) that join a ``torch.distributed`` group with the gloo backend and run
 ``DistributedDataParallel`` on a small token model, in float64. Each worker saves the
 gradients it ends up with; the calling process computes the single-process
@@ -32,13 +32,13 @@ from typing import Sequence
 
 import torch
 
-from autogradlab.accumulation import TokenBatch, full_batch_gradient, token_batch, token_losses, token_model
+from autogradlab.models.token_accumulation import TokenBatch, full_batch_gradient, token_batch, token_losses, token_model
 
 WORLD_SIZE = 2
 # The two data sets: equal lengths (plain mean is exact) and a wide length spread (it is not).
 EQUAL = dict(n_seqs=8, spread=0.0, mean_len=6, seed=1)
 UNEQUAL = dict(n_seqs=8, spread=1.0, mean_len=6, seed=2)
-LAUNCHER = (sys.executable, "-m", "autogradlab.ddp_demo")
+LAUNCHER = (sys.executable, "-m", "autogradlab.models.ddp_demo")
 
 
 @dataclass

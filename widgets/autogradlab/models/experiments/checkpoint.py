@@ -7,7 +7,7 @@ every block checkpointed, only each block's input is kept; one block's
 activations come back, recomputed, during backward. On CUDA the prediction is
 compared with the memory the allocator really holds after the forward pass.
 
->>> from autogradlab.experiments.checkpoint import saved_activation_bytes
+>>> from autogradlab.models.experiments.checkpoint import saved_activation_bytes
 >>> import torch
 >>> w = torch.nn.Linear(3, 4)
 >>> saved_activation_bytes(lambda: torch.relu(w(torch.ones(2, 3))).sum(), params=list(w.parameters()))["total"]
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from autogradlab.experiments.common import experiment_device, markdown_table, progress, resolve_preset, synchronize, time_call
+from autogradlab.models.experiments.common import experiment_device, markdown_table, progress, resolve_preset, synchronize, time_call
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Plots of experiment results onto a matplotlib Axes; each takes a live result or a dict loaded from JSON.
 
->>> from autogradlab.experiments import run_checkpoint
->>> from autogradlab.experiments.plots import plot_checkpoint
->>> from autogradlab.widgets.figures import new_figure
+>>> from autogradlab.models.experiments import run_checkpoint
+>>> from autogradlab.views.experiment_plots import plot_checkpoint
+>>> from autogradlab.views.figures import new_figure
 >>> ax = new_figure().add_subplot()
 >>> plot_checkpoint(ax, run_checkpoint("cpu", "cpu-small", depths=(1, 2), time_runs=False))
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from autogradlab.experiments.common import as_record
+from autogradlab.models.experiments.common import as_record
 
 _COLORS = {"fp32": "tab:blue", "tf32": "tab:cyan", "bf16": "tab:green", "fp16": "tab:orange"}
 

@@ -6,7 +6,7 @@ import html
 
 import ipywidgets as w
 
-from autogradlab.train_state import STATE_TITLES, StepSession
+from autogradlab.models.train_state import STATE_TITLES, StepSession
 
 _CHANGED = "background:#ffe58a;font-weight:600"
 _CELL = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"

@@ -1,7 +1,7 @@
 """The training-step doctor: run your own step on a few batches and get a diagnosis.
 
 >>> import torch
->>> from autogradlab.doctor import diagnose
+>>> from autogradlab.models.doctor import diagnose
 >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
 <torch._C.Generator object at ...>
 >>> model = torch.nn.Linear(3, 1)
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from autogradlab.doctor.findings import (
+from autogradlab.models.doctor.findings import (
     CODES,
     UPDATE_RATIO_HIGH,
     UPDATE_RATIO_LOW,
@@ -38,8 +38,8 @@ from autogradlab.doctor.findings import (
     Report,
     code_table,
 )
-from autogradlab.doctor.observe import Observer, graph_leaves
-from autogradlab.doctor.rules import run_rules
+from autogradlab.models.doctor.observe import Observer, graph_leaves
+from autogradlab.models.doctor.rules import run_rules
 
 __all__ = [
     "diagnose", "Report", "Finding", "Code", "CODES", "code_table", "graph_leaves",

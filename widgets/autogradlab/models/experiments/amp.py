@@ -4,7 +4,7 @@ Measures step time (``torch.utils.benchmark``), peak memory (CUDA), achieved TFL
 as a fraction of the same device's measured matmul peak in the same precision, and
 the loss curve of each precision against fp32's.
 
->>> from autogradlab.experiments.amp import run_amp
+>>> from autogradlab.models.experiments.amp import run_amp
 >>> result = run_amp("cpu", preset="cpu-small", modes=("fp32", "bf16"), curve_steps=3, time_runs=False)
 >>> sorted(result.curves["mlp"])
 ['bf16', 'fp32']
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.experiments.common import (
+from autogradlab.models.experiments.common import (
     MODES,
     experiment_device,
     markdown_table,

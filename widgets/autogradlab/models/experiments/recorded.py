@@ -3,10 +3,10 @@
 A learner without a GPU sees GPU results recorded on one, labelled with the
 device, torch version, date and command from the file's header.
 
->>> from autogradlab.experiments.recorded import describe
+>>> from autogradlab.models.experiments.recorded import describe
 >>> describe({"device_name": "NVIDIA H100", "device": "cuda", "torch": "2.13.0", "date": "2026-01-02T03:04:05+00:00",
-...           "command": "python -m autogradlab.experiments all --device cuda", "preset": "gpu-large"})
-'measured on NVIDIA H100 (cuda) · torch 2.13.0 · 2026-01-02 03:04 UTC · preset gpu-large · `python -m autogradlab.experiments all --device cuda`'
+...           "command": "python -m autogradlab.models.experiments all --device cuda", "preset": "gpu-large"})
+'measured on NVIDIA H100 (cuda) · torch 2.13.0 · 2026-01-02 03:04 UTC · preset gpu-large · `python -m autogradlab.models.experiments all --device cuda`'
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def describe(header: dict) -> str:
 
 
 def load_results(path: str | Path) -> Recorded:
-    """Read a results JSON written by ``python -m autogradlab.experiments``; check it has a header."""
+    """Read a results JSON written by ``python -m autogradlab.models.experiments``; check it has a header."""
     path = Path(path)
     with open(path, encoding="utf-8") as f:
         data = json.load(f)

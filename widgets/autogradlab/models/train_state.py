@@ -21,6 +21,8 @@ from typing import Iterable, Mapping
 
 import torch
 
+from autogradlab.units import format_bytes
+
 STATES = ("graph", "grad", "param", "optimizer", "mode", "rng")
 STATE_TITLES = {
     "graph": "forward graph",
@@ -52,15 +54,7 @@ class GraphStats:
         if self.nodes == 0:
             return "none"
         status = "freed" if self.freed and not self.saved_bytes else "alive"
-        return f"{status}: {self.nodes} nodes, {_bytes(self.saved_bytes)} saved"
-
-
-def _bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024**2:
-        return f"{n / 1024:.1f} kB"
-    return f"{n / 1024**2:.1f} MB"
+        return f"{status}: {self.nodes} nodes, {format_bytes(self.saved_bytes)} saved"
 
 
 def _saved_tensors(node) -> tuple[list[torch.Tensor], bool]:
@@ -358,7 +352,7 @@ class StepSession:
     """
 
     def __init__(self, step=None, setup=None):
-        from autogradlab.stepper import Stepper
+        from autogradlab.models.stepper import Stepper
 
         self._stepper_cls = Stepper
         self.step_fn = step or train_step

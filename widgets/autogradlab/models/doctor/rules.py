@@ -1,7 +1,7 @@
 """One small function per doctor code: observations in, findings out.
 
-Every rule reads an :class:`~autogradlab.doctor.observe.Observer` after the steps
-ran and returns a list of :class:`~autogradlab.doctor.findings.Finding`. Findings
+Every rule reads an :class:`~autogradlab.models.doctor.observe.Observer` after the steps
+ran and returns a list of :class:`~autogradlab.models.doctor.findings.Finding`. Findings
 about several parameters with the same cause are grouped into one.
 """
 
@@ -13,8 +13,8 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
-from autogradlab.doctor.findings import UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
-from autogradlab.doctor.observe import MODE_MODULES, Observer, StepLog
+from autogradlab.models.doctor.findings import UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
+from autogradlab.models.doctor.observe import MODE_MODULES, Observer, StepLog
 
 
 def _names(names: Iterable[str], obs: Observer | None = None) -> str:

@@ -5,9 +5,9 @@ returning a dataclass; ``as_record`` turns it into the dict stored in JSON, and
 each result has ``.table()`` (Markdown). Run them all from a shell with tqdm
 progress and a JSON file whose header says where and when they ran::
 
-    python -m autogradlab.experiments all --device auto --out results.json
+    python -m autogradlab.models.experiments all --device auto --out results.json
 
->>> from autogradlab.experiments import EXPERIMENTS, run_experiment
+>>> from autogradlab.models.experiments import EXPERIMENTS, run_experiment
 >>> sorted(EXPERIMENTS)
 ['accumulation', 'amp', 'checkpoint', 'clip', 'inplace', 'scaler', 'underflow']
 >>> run_experiment("inplace", device="cpu").cases[0]["raised"]
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from autogradlab.experiments.accumulation import AccumulationResult, accumulation_table, run_accumulation
-from autogradlab.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
-from autogradlab.experiments.checkpoint import CheckpointResult, checkpoint_table, run_checkpoint, saved_activation_bytes
-from autogradlab.experiments.clip import ClipResult, clip_table, run_clip
-from autogradlab.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
-from autogradlab.experiments.inplace import InplaceResult, inplace_table, run_inplace
-from autogradlab.experiments.recorded import Recorded, latest_recorded, load_results, recorded_files
-from autogradlab.experiments.scaler import ScalerResult, run_scaler, scaler_table
-from autogradlab.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
+from autogradlab.models.experiments.accumulation_rounding import AccumulationResult, accumulation_table, run_accumulation
+from autogradlab.models.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
+from autogradlab.models.experiments.checkpoint import CheckpointResult, checkpoint_table, run_checkpoint, saved_activation_bytes
+from autogradlab.models.experiments.clip import ClipResult, clip_table, run_clip
+from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
+from autogradlab.models.experiments.inplace import InplaceResult, inplace_table, run_inplace
+from autogradlab.models.experiments.recorded import Recorded, latest_recorded, load_results, recorded_files
+from autogradlab.models.experiments.scaler import ScalerResult, run_scaler, scaler_table
+from autogradlab.models.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
 
 # In the order the chapter meets them (and the CLI runs them).
 EXPERIMENTS: dict[str, Callable[..., Any]] = {

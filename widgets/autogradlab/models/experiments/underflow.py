@@ -5,7 +5,7 @@ One backward pass in fp32 gives the reference gradients of every layer's output
 under fp16 autocast, with the loss multiplied by each scale, shows which of them
 became exactly zero: the fraction *flushed*.
 
->>> from autogradlab.experiments.underflow import run_underflow
+>>> from autogradlab.models.experiments.underflow import run_underflow
 >>> result = run_underflow("cpu", preset="cpu-small", scales=(1.0,))
 >>> 0.0 <= result.rows[0]["flushed_fraction"] <= 1.0
 True
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.experiments.common import (
+from autogradlab.models.experiments.common import (
     FP16_MAX,
     FP16_MIN_NORMAL,
     FP16_MIN_SUBNORMAL,
@@ -28,7 +28,7 @@ from autogradlab.experiments.common import (
     progress,
     resolve_preset,
 )
-from autogradlab.loss_scale import fp16_fate  # noqa: F401  (re-exported: the experiment's view of fp16's range)
+from autogradlab.models.loss_scale import fp16_fate  # noqa: F401  (re-exported: the experiment's view of fp16's range)
 
 
 @dataclass(frozen=True)

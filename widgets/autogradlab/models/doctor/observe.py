@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from autogradlab.doctor.findings import UPDATE_RATIO_MIN_NUMEL
+from autogradlab.models.doctor.findings import UPDATE_RATIO_MIN_NUMEL
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(

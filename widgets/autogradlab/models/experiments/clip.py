@@ -4,7 +4,7 @@
 Clipping them there measures S·‖g‖ and clips to ``max_norm`` in *scaled* units;
 ``scaler.step`` then divides by S, so the update is S times smaller than intended.
 
->>> from autogradlab.experiments.clip import run_clip
+>>> from autogradlab.models.experiments.clip import run_clip
 >>> result = run_clip("cpu", preset="cpu-small")
 >>> round(result.norm_seen_before_unscale / result.true_grad_norm) == result.scale
 True
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from autogradlab.experiments.common import experiment_device, markdown_table, mlp, resolve_preset
+from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, resolve_preset
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``python -m autogradlab.experiments {amp,underflow,...,all} --device auto --out FILE.json``.
+"""``python -m autogradlab.models.experiments {amp,underflow,...,all} --device auto --out FILE.json``.
 
 Runs the experiments with tqdm progress, writes one JSON file (a header saying
 device, torch version, date and command, then each result) and prints a
@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from autogradlab.experiments import EXPERIMENTS, largest_mlp_fraction, table
-from autogradlab.experiments.common import PRESETS, as_record, experiment_device, header, json_safe, resolve_preset
+from autogradlab.models.experiments import EXPERIMENTS, largest_mlp_fraction, table
+from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, json_safe, resolve_preset
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m autogradlab.experiments", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="python -m autogradlab.models.experiments", description=__doc__.split("\n\n")[1])
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"], help="which experiment to run, or all of them")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cuda or cpu")
     parser.add_argument("--preset", default="auto", choices=["auto", *PRESETS], help="sizes: auto = cpu-small on CPU, gpu-large on CUDA")
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    command = " ".join(["python -m autogradlab.experiments", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m autogradlab.models.experiments", *(sys.argv[1:] if argv is None else argv)])
     record = {"header": header(device, preset, command), "results": {}, "seconds": {}}
     from tqdm.auto import tqdm
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from autogradlab.calculus import FUNCTIONS, curve, tangent
-from autogradlab.widgets.figures import figure_png, new_figure
+from autogradlab.models.calculus import FUNCTIONS, curve, tangent
+from autogradlab.views.figures import figure_png, new_figure
 
 
 class TangentExplorer(w.VBox):

@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_bytes, format_shape, record_backward
+from autogradlab.units import format_bytes
+from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_shape, record_backward
 from autogradlab.render import MAX_NODES, build_scene, to_svg
 
 

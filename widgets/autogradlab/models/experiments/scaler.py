@@ -4,7 +4,7 @@ Records the scale before every step, which steps the scaler skipped, and what a
 loop that advances its LR scheduler and step counter on *every* iteration does
 compared with one that counts only the optimizer steps that really happened.
 
->>> from autogradlab.experiments.scaler import run_scaler
+>>> from autogradlab.models.experiments.scaler import run_scaler
 >>> result = run_scaler("cpu", preset="cpu-small")
 >>> set(result.injected) <= set(result.skipped_steps)   # every injected inf/NaN step was skipped
 True
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
+from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
 
 
 @dataclass(frozen=True)

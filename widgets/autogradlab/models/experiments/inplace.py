@@ -4,7 +4,7 @@ Autograd saves some tensors for backward and remembers each one's version
 (``t._version``, +1 on every in-place op). If an in-place op changes a saved
 tensor before backward, backward refuses to use it and raises.
 
->>> from autogradlab.experiments.inplace import run_inplace
+>>> from autogradlab.models.experiments.inplace import run_inplace
 >>> [case["raised"] for case in run_inplace("cpu").cases]
 [True, True, False]
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autogradlab.experiments.common import experiment_device, markdown_table
+from autogradlab.models.experiments.common import experiment_device, markdown_table
 
 
 @dataclass

@@ -5,7 +5,7 @@ gradients of (mean loss over B/K) / K, exactly in real numbers; in floating poin
 they differ by rounding. We measure that difference against the fp32 full batch
 and against a float64 reference, and what forgetting the /K does.
 
->>> from autogradlab.experiments.accumulation import run_accumulation
+>>> from autogradlab.models.experiments.accumulation_rounding import run_accumulation
 >>> result = run_accumulation("cpu", preset="cpu-small", ks=(1, 4))
 >>> [round(r["forgot_divide_norm_ratio"]) for r in result.rows if r["mode"] == "fp32"]
 [1, 4]
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.experiments.common import experiment_device, markdown_table, mlp, mode_unavailable, precision, progress, resolve_preset
+from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, mode_unavailable, precision, progress, resolve_preset
 
 
 @dataclass(frozen=True)

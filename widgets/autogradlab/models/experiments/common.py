@@ -1,6 +1,6 @@
 """What every experiment shares: presets, the device, timing, peak memory, the JSON header.
 
->>> from autogradlab.experiments.common import resolve_preset, experiment_device
+>>> from autogradlab.models.experiments.common import resolve_preset, experiment_device
 >>> resolve_preset("auto", experiment_device("cpu"))
 'cpu-small'
 """
@@ -153,7 +153,7 @@ def header(device: torch.device, preset: str, command: str | None = None) -> dic
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "preset": preset,
-        "command": command if command is not None else " ".join(["python", "-m", "autogradlab.experiments", *sys.argv[1:]]),
+        "command": command if command is not None else " ".join(["python", "-m", "autogradlab.models.experiments", *sys.argv[1:]]),
         # timings from a busy machine are slower: say how busy it was (None where the OS cannot tell)
         "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "cpu_threads": torch.get_num_threads(),

@@ -1,6 +1,6 @@
 """ipywidgets views. A view composes controls and a picture and calls a model; no computation lives here.
 
-Views are imported lazily (``from autogradlab.widgets import GraphView`` loads only
+Views are imported lazily (``from autogradlab.views import GraphView`` loads only
 that module), so a chapter pays only for the views it uses.
 """
 
@@ -20,5 +20,5 @@ __all__ = list(_VIEWS)
 
 def __getattr__(name: str):
     if name not in _VIEWS:
-        raise AttributeError(f"module 'autogradlab.widgets' has no attribute {name!r}")
-    return getattr(import_module(f"autogradlab.widgets.{_VIEWS[name]}"), name)
+        raise AttributeError(f"module 'autogradlab.views' has no attribute {name!r}")
+    return getattr(import_module(f"autogradlab.views.{_VIEWS[name]}"), name)

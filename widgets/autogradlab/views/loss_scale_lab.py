@@ -7,7 +7,7 @@ import math
 import ipywidgets as w
 import torch
 
-from autogradlab.loss_scale import (
+from autogradlab.models.loss_scale import (
     FP16_MAX,
     FP16_MIN_NORMAL,
     FP16_MIN_SUBNORMAL,
@@ -15,7 +15,7 @@ from autogradlab.loss_scale import (
     fp16_fate,
     simulate,
 )
-from autogradlab.widgets.figures import figure_png, new_figure
+from autogradlab.views.figures import figure_png, new_figure
 
 _BINS = [float(b) for b in range(-50, 22)]
 

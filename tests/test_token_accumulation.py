@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from autogradlab.accumulation import (
+from autogradlab.models.token_accumulation import (
     DTYPES,
     REDUCTIONS,
     accumulated_gradient,
