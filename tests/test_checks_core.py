@@ -189,3 +189,80 @@ def test_learner_line_skips_frames_inside_torch():
     with pytest.raises(ExerciseError) as info:
         call_learner(no_graph, (torch.ones(2),), "no_graph", "x")
     assert "torch.autograd.grad(x.sum(), x)" in str(info.value)
+
+
+# --- "by hand" contract: autograd is out of reach inside the learner's function ---------------
+
+_CASES = [Case((torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64),), "x = [0.5, -1, 2]")]
+
+
+def _square_grad(x):
+    return 2 * x
+
+
+def _via_backward(x):
+    x = x.clone().requires_grad_()
+    (x**2).sum().backward()
+    return x.grad
+
+
+def _via_autograd_grad_imported_early(x, _grad=torch.autograd.grad):
+    x = x.clone().requires_grad_()
+    return _grad((x**2).sum(), x)[0]
+
+
+def _via_torch_func(x):
+    return torch.func.grad(lambda t: (t**2).sum())(x)
+
+
+def _via_jacrev(x):
+    return torch.func.jacrev(lambda t: (t**2).sum())(x)
+
+
+def _via_functional_jacobian(x):
+    return torch.autograd.functional.jacobian(lambda t: (t**2).sum(), x)
+
+
+@pytest.mark.parametrize(
+    "answer, named",
+    [
+        (_via_backward, "`backward()`"),
+        (_via_autograd_grad_imported_early, "autograd"),
+        (_via_torch_func, "torch.func"),
+        (_via_jacrev, "torch.func"),
+        (_via_functional_jacobian, "torch.autograd.functional.jacobian"),
+    ],
+)
+def test_by_hand_rejects_every_way_to_call_autograd(answer, named):
+    with pytest.raises(ExerciseError, match="used autograd") as err:
+        check_function(answer, _square_grad, _CASES, name="grad_square", no_autograd=True)
+    assert named in str(err.value) and "by hand" in str(err.value)
+
+
+def test_by_hand_accepts_a_formula_and_restores_autograd(capsys):
+    check_function(_square_grad, _square_grad, _CASES, name="grad_square", no_autograd=True)
+    assert "✓" in capsys.readouterr().out
+    assert torch.allclose(_via_torch_func(torch.ones(2)), 2 * torch.ones(2))  # patches undone
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+def test_without_by_hand_autograd_is_allowed(capsys):
+    check_function(_via_backward, _square_grad, _CASES, name="grad_square")
+    assert "✓" in capsys.readouterr().out
+
+
+def _switches_grad_off(x):
+    torch.set_grad_enabled(False)
+    return 2 * x
+
+
+def _changes_default_dtype(x):
+    torch.set_default_dtype(torch.float64)
+    return 2 * x
+
+
+@pytest.mark.parametrize("answer, named", [(_switches_grad_off, "grad mode"), (_changes_default_dtype, "default dtype")])
+def test_global_state_left_changed_is_a_mistake_and_is_restored(answer, named):
+    with pytest.raises(ExerciseError, match=named):
+        check_function(answer, _square_grad, _CASES, name="grad_square")
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32

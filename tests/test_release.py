@@ -142,3 +142,25 @@ def test_every_chapter_exercise_has_a_check_cell_right_after(repo_root):
             if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
                 after = cells[i + 1].metadata.get("nbgrader", {})
                 assert after.get("grade") and after.get("locked"), f"{path.name} cell {i}: no check cell after it"
+
+
+def _predict_notebook():
+    prompt = new_markdown_cell("**Predict:** what does it print?")
+    answer = new_code_cell("print(2)", metadata={"tags": ["answers-prediction"]}, outputs=[new_output("stream", text="2\n")])
+    other = new_code_cell("print(3)", outputs=[new_output("stream", text="3\n")])
+    return new_notebook(cells=[prompt, answer, other])
+
+
+def test_cell_answering_a_prediction_loses_its_output_and_is_not_compared():
+    student = student_notebook(_predict_notebook(), "00_demo.ipynb")
+    answer, other = student.cells[1], student.cells[2]
+    assert answer.outputs == [] and answer.execution_count is None
+    assert "nbval-ignore-output" in answer.metadata["tags"]
+    assert other.outputs and "tags" not in other.metadata
+
+
+def test_answers_prediction_tag_on_an_exercise_is_an_authoring_error():
+    nb = exercise_notebook()
+    nb.cells[2].metadata["tags"] = ["answers-prediction"]
+    with pytest.raises(ReleaseError, match="answers-prediction"):
+        student_notebook(nb, "00_demo.ipynb")
