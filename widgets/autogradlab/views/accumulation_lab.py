@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipywidgets as w
 
 from autogradlab.models.token_accumulation import DTYPES, REDUCTIONS, micro_batch_tokens, sweep, token_batch, valid_accum_steps
-from autogradlab.views.figures import figure_png, new_figure
+from autogradlab.views.plots import figure_png, new_figure
 
 FLOOR = 1e-17  # an exact zero error is drawn here on the log axis
 

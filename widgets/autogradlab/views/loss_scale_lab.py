@@ -15,7 +15,7 @@ from autogradlab.models.loss_scale import (
     fp16_fate,
     simulate,
 )
-from autogradlab.views.figures import figure_png, new_figure
+from autogradlab.views.plots import figure_png, new_figure
 
 _BINS = [float(b) for b in range(-50, 22)]
 

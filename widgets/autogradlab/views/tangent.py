@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipywidgets as w
 
 from autogradlab.models.calculus import FUNCTIONS, curve, tangent
-from autogradlab.views.figures import figure_png, new_figure
+from autogradlab.views.plots import figure_png, new_figure
 
 
 class TangentExplorer(w.VBox):

@@ -8,7 +8,7 @@ import ipywidgets as w
 import numpy as np
 
 from autogradlab.models.vjp import MAX_NUMEL, OPS, UPSTREAM_KINDS, Exploration, ShapeError, explore, parse_shape
-from autogradlab.views.figures import figure_png, new_figure
+from autogradlab.views.plots import figure_png, new_figure
 
 _CMAP = "RdBu_r"  # diverging: zero is white, so the Jacobian's sparsity pattern stands out
 

@@ -1,17 +1,37 @@
-"""Plots of experiment results onto a matplotlib Axes; each takes a live result or a dict loaded from JSON.
+"""All of the package's matplotlib drawing: figures for ``ipywidgets.Image`` views and plots of experiment results.
+
+Views draw into a :class:`~matplotlib.figure.Figure` (never pyplot: no global state,
+no backend switching) shown as PNG bytes in an ``ipywidgets.Image``, which redraws in
+place, needs no running kernel to test, and never duplicates plots. The ``plot_*``
+functions draw an experiment result (live, or a dict loaded from JSON) onto an Axes.
 
 >>> from autogradlab.models.experiments import run_checkpoint
->>> from autogradlab.views.experiment_plots import plot_checkpoint
->>> from autogradlab.views.figures import new_figure
 >>> ax = new_figure().add_subplot()
 >>> plot_checkpoint(ax, run_checkpoint("cpu", "cpu-small", depths=(1, 2), time_runs=False))
+>>> figure_png(ax.figure)[:4]
+b'\x89PNG'
 """
 
 from __future__ import annotations
 
+import io
 import math
 
+from matplotlib.figure import Figure
+
 from autogradlab.models.experiments.common import as_record
+
+def new_figure(width: float = 5.5, height: float = 3.2) -> Figure:
+    """A figure not registered with pyplot, so it is never shown twice or leaked."""
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def figure_png(fig: Figure) -> bytes:
+    """Render ``fig`` to PNG bytes (deterministic metadata, so the same plot gives the same bytes)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
 
 _COLORS = {"fp32": "tab:blue", "tf32": "tab:cyan", "bf16": "tab:green", "fp16": "tab:orange"}
 
