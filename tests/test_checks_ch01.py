@@ -487,3 +487,19 @@ def test_the_sweep_really_matches_the_engine_on_a_wider_model():
     net.zero_grad(set_to_none=True)
     net(x).log_softmax(-1).sum().backward()
     assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(mine, net.parameters()))
+
+
+def test_exercise_2_prints_the_real_broken_function():
+    """The code block the learner repairs is the function the checker's docstring and tests use."""
+    import inspect
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "solutions" / "01_dynamic_graph.ipynb", as_version=4)
+    (text,) = [c.source for c in nb.cells if c.cell_type == "markdown" and "### Exercise 2" in c.source]
+    shown = text.split("```python\n", 1)[1].split("```", 1)[0].strip()
+    source = inspect.getsource(broken_scaled_scores)
+    without_docstring = re.sub(r'\n    """.*?"""', "", source, flags=re.S)
+    assert shown == re.sub(r"\) -> torch.Tensor:|: torch.Tensor", lambda m: "):" if m.group(0).startswith(")") else "",
+                           without_docstring).strip()
