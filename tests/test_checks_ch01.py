@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autogradlab.checks.ch01 import (
+    _scaled,
     _sweep,
     branchy_forward,
     broken_scaled_scores,
@@ -15,7 +16,7 @@ from autogradlab.checks.ch01 import (
     engine_off,
 )
 from autogradlab.checks.core import ExerciseError
-from autogradlab.graph import capture
+from autogradlab.graph import capture, record_backward
 
 # --- exercise 1 ---------------------------------------------------------------------------
 
@@ -163,6 +164,7 @@ WRONG_SCALED = {
     "changes x in place": (mutates_x, "in-place operation"),
     "changes x in place under no_grad": (mutates_x_under_no_grad, "changed its input in place"),
     "not implemented": (lambda x, t: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "the checker's reference": (lambda x, t: _scaled(x, t), "called the checker's reference answer"),
 }
 
 
@@ -285,7 +287,7 @@ def engine_like_priority(output):
 
 CORRECT_SWEEPS = {"Kahn, calling AccumulateGrad": kahn_calling_accumulate_grad,
                   "reversed DFS post-order, leaves by hand": postorder_then_reverse,
-                  "engine-like priority queue": engine_like_priority, "the checker's own": _sweep}
+                  "engine-like priority queue": engine_like_priority}
 
 
 def _make(variant):
@@ -411,6 +413,21 @@ def slots_from_edges_seen(output):
                     ready.append(child)
 
 
+def steps_the_leaves(output):
+    """A right sweep that then also 'helps' with an SGD step on every leaf."""
+    kahn_calling_accumulate_grad(output)
+    stack, seen = [output.grad_fn], set()
+    with torch.no_grad():
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if hasattr(node, "variable"):
+                node.variable.sub_(0.1 * node.variable.grad)
+            stack.extend(child for child, _ in node.next_functions)
+
+
 def calls_backward(output):
     output.backward()
 
@@ -451,7 +468,21 @@ WRONG_SWEEPS = {
     "autograd.grad bound before the check": (calls_grad_bound_earlier, "the autograd engine"),
     "the engine called directly": (calls_engine_directly, "the autograd engine"),
     "not implemented": (lambda out: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "the checker's reference sweep": (lambda out: _sweep(out), "called the checker's reference answer"),
+    "record_backward from the course package": (lambda out: record_backward(out), "called `backward()`"),
+    "steps the parameters too": (steps_the_leaves, "changed the values"),
 }
+
+
+def test_the_checkers_own_sweep_is_right_outside_a_learner_call():
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    x = torch.randn(6, 3)
+    _sweep(net(x).pow(2).sum())
+    mine = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad(set_to_none=True)
+    net(x).pow(2).sum().backward()
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(mine, net.parameters()))
 
 
 @pytest.mark.parametrize("name", CORRECT_SWEEPS)

@@ -113,6 +113,36 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
 
 
 
+# --- the checker's own references are not an answer --------------------------------------------
+
+_learner_running: list[str] = []  # non-empty while a learner's function runs
+
+
+class _ReferenceUsed(RuntimeError):
+    """A learner's function called one of this module's reference answers."""
+
+
+def _not_while_learner_runs(what: str) -> None:
+    if _learner_running:
+        raise _ReferenceUsed(f"{what} is the checker's own reference answer")
+
+
+@contextlib.contextmanager
+def _learner_call() -> Iterator[None]:
+    _learner_running.append("learner")
+    try:
+        yield
+    finally:
+        _learner_running.pop()
+
+
+def _reference_hint(error: ExerciseError, name: str, label: str) -> ExerciseError | None:
+    if "checker's own reference answer" not in str(error):
+        return None
+    return ExerciseError(f"`{name}` called the checker's reference answer for {label}.\nHint: the exercise is to "
+                         "write it yourself; the reference is only what the check compares with.")
+
+
 # --- Exercise 2: repair a function whose graph is cut -----------------------------------------
 
 
@@ -131,6 +161,7 @@ def broken_scaled_scores(x: torch.Tensor, temperature: torch.Tensor) -> torch.Te
 
 def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
     """The repaired function, or a version that keeps one of the cuts (for the hints)."""
+    _not_while_learner_runs("autogradlab.checks.ch01._scaled")
     m = x.mean() if mean else x.mean().detach()
     s = x.std() if std else x.std().detach()
     z = (x - m) / s.clamp_min(1e-6)
@@ -205,7 +236,11 @@ def check_scaled_scores(scaled_scores) -> None:
     for i, case in enumerate(_scaled_cases()):
         x, t = case.args
         lx, lt = x.clone().requires_grad_(True), t.clone().requires_grad_(True)
-        got = call_learner(scaled_scores, (lx, lt), "scaled_scores", case.label)
+        try:
+            with _learner_call():
+                got = call_learner(scaled_scores, (lx, lt), "scaled_scores", case.label)
+        except ExerciseError as error:
+            raise (_reference_hint(error, "scaled_scores", case.label) or error) from None
         if not torch.equal(lx.detach(), x) or not torch.equal(lt.detach(), t):
             raise ExerciseError(f"`scaled_scores` changed its input in place for {case.label}.\nHint: an in-place op "
                                 "on x (`x.clamp_`, `x -= ...`) modifies the caller's tensor; compute new tensors.")
@@ -423,6 +458,7 @@ def _ready_order(output: torch.Tensor, order: str) -> list:
 
 def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=True) -> None:
     """A reverse sweep; the keyword arguments switch on typical mistakes (used for the hints)."""
+    _not_while_learner_runs("autogradlab.checks.ch01._sweep")
     grads = {output.grad_fn: [torch.ones_like(output)]}
     with torch.no_grad():
         for node in _ready_order(output, order):
@@ -488,9 +524,11 @@ def check_reverse_sweep(reverse_sweep) -> None:
     match a real ``backward()`` on the same graph (including ``.grad`` that was there before),
     carry no graph of their own, and not share memory with each other.
 
-    >>> from autogradlab.checks.ch01 import _sweep
-    >>> check_reverse_sweep(_sweep)
-    ✓ reverse_sweep matches backward() on 8 graphs: each node ran once, every leaf's .grad is right
+    >>> try:
+    ...     check_reverse_sweep(lambda output: output.backward())
+    ... except ExerciseError as error:
+    ...     print(str(error).splitlines()[0])
+    `reverse_sweep` called `backward()` on x.exp().sin().sum().
     """
     graphs = _sweep_graphs()
     for label, build in graphs:
@@ -498,11 +536,19 @@ def check_reverse_sweep(reverse_sweep) -> None:
         counter = _CountUnpacks()
         with counter.hooks():
             output, leaves = build()
-        with engine_off() as used:
+        values = {name: leaf.detach().clone() for name, leaf in leaves.items()}
+        with engine_off() as used, _learner_call():
             try:
                 call_learner(reverse_sweep, (output,), "reverse_sweep", label)
             except ExerciseError as error:
+                reference_used = _reference_hint(error, "reverse_sweep", label)
+                if reference_used:
+                    raise reference_used from None
                 raise ExerciseError(_sweep_error_hint(str(error), used, label)) from None
+        changed = [name for name, leaf in leaves.items() if not torch.equal(leaf.detach(), values[name])]
+        if changed:
+            raise ExerciseError(f"Your sweep changed the values of {changed[0]} on {label}.\nHint: backward() only "
+                                "writes .grad; the leaves themselves (parameters, inputs) stay as they are.")
         if used:
             raise ExerciseError(_engine_hint(used, label))
         twice = [n for n in counter.counts if n > 1]
