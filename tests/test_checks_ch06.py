@@ -97,7 +97,7 @@ def step_variant(**slip):
     """good_step with one slip; the numbers it returns are right unless the slip is about them."""
 
     def step(model, batch, optimizer, loss_fn, max_norm=1.0):
-        if slip.get("train", True):
+        if slip.get("train", True) is True:
             model.train()
         if slip.get("zero", "before") == "before":
             optimizer.zero_grad()
@@ -110,6 +110,10 @@ def step_variant(**slip):
         else:
             outputs = model(inputs)
         loss = loss_fn(outputs, batch[1])
+        if slip.get("train") == "late":
+            model.train()
+        if slip.get("reseed"):
+            torch.manual_seed(0)  # "for reproducibility"
         if slip.get("step_first"):
             optimizer.step()
         loss.backward()
@@ -158,6 +162,8 @@ def step_variant(**slip):
 
 WRONG_STEPS = {
     "stays in eval mode": (step_variant(train=False), "is in eval mode"),
+    "train() after the forward": (step_variant(train="late"), "came after the forward pass"),
+    "reseeds inside the step": (step_variant(reseed=True), "only the RNG state differs"),
     "stale gradients (no zero_grad)": (step_variant(zero="never"), "stale gradients"),
     "zero_grad after backward": (step_variant(zero="after"), "zero_grad ran after backward"),
     "step before backward": (step_variant(step_first=True), "ran before loss.backward()"),

@@ -137,11 +137,13 @@ def _variant(kind: str) -> Callable:
 
     def step(model, batch, optimizer, loss_fn, max_norm=1.0):
         params = list(model.parameters())
-        if kind != "eval":
+        if kind not in ("eval", "train_late"):
             model.train()
         if kind not in ("no_zero", "zero_after"):
             optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(batch[0]), batch[1])
+        if kind == "train_late":
+            model.train()
         if kind == "step_first":
             optimizer.step()
         loss.backward()
@@ -172,6 +174,8 @@ def _variant(kind: str) -> Callable:
 TRAIN_STEP_MISTAKES = {
     "eval": "the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; "
             "eval() from the validation pass sticks until you switch back.",
+    "train_late": "model.train() came after the forward pass, so Dropout was still off for it: switch the mode "
+                  "first, at the top of the step.",
     "no_zero": "stale gradients: the validation pass left .grad full and backward() adds into it. "
                "Call optimizer.zero_grad(set_to_none=True) before loss.backward().",
     "zero_after": "optimizer.step() found no gradients: zero_grad ran after backward and threw them away. "
@@ -308,11 +312,13 @@ def check_train_step(train_step: Callable) -> None:
                     if all(not _differences(m.state, w.state) for m, w in zip(mine, wrong[kind])):
                         raise ExerciseError(f"after {label}, these states differ from the reference: "
                                             f"{', '.join(differ)}.\nHint: {hint}")
-                raise ExerciseError(
-                    f"after {label}, these states differ from the reference: {', '.join(differ)}.\n"
-                    "Hint: step through your function with TrainStepInspector(train_step) and compare each line's "
-                    "changes with the state table at the top of the chapter."
-                )
+                hint = ("step through your function with TrainStepInspector(train_step) and compare each line's "
+                        "changes with the state table at the top of the chapter.")
+                if differ == ["RNG state"]:
+                    hint = ("only the RNG state differs: your step drew random numbers the reference does not draw "
+                            "(a second forward pass in train mode, torch.rand..., or a reseed).")
+                raise ExerciseError(f"after {label}, these states differ from the reference: {', '.join(differ)}.\n"
+                                    f"Hint: {hint}")
             ref_norm = float(ref.returned[1])
             _check_numbers(got.returned, ref.returned, label, _ratio_variants(seed, max_norm, i), min(ref_norm, max_norm))
     passed("train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) "
