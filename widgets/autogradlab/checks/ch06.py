@@ -133,7 +133,7 @@ def _reference_step(model, batch, optimizer, loss_fn, max_norm=1.0):
 
 
 def _variant(kind: str) -> Callable:
-    """A train_step with one typical slip; the returned numbers are right where the slip allows."""
+    """A train_step with one typical slip. Only the states it leaves are compared, so its update ratio is a placeholder."""
 
     def step(model, batch, optimizer, loss_fn, max_norm=1.0):
         params = list(model.parameters())
