@@ -6,8 +6,43 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.ch00 import _masked_cases, _silu_cases, check_masked_mean_grad, check_silu_derivative
+from autogradlab.checks.ch00 import (
+    _masked_cases,
+    _silu_cases,
+    check_derivative,
+    check_masked_mean_grad,
+    check_silu_derivative,
+)
 from autogradlab.checks.core import ExerciseError
+
+
+CORRECT_DERIVATIVES = {
+    "product rule": lambda x: 2 * x * torch.sin(x) + x**2 * torch.cos(x),
+    "factored": lambda x: x * (2 * torch.sin(x) + x * torch.cos(x)),
+}
+
+WRONG_DERIVATIVES = {
+    "only first term": (lambda x: 2 * x * torch.sin(x), "You kept only u'·v"),
+    "only second term": (lambda x: x**2 * torch.cos(x), "You kept only u·v'"),
+    "sign error": (lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x), "sign error"),
+    "power rule": (lambda x: x * torch.sin(x) + x**2 * torch.cos(x), "power rule"),
+    "multiplied derivatives": (lambda x: 2 * x * torch.cos(x), "multiplied the two derivatives"),
+    "torch.func": (lambda x: torch.func.vmap(torch.func.grad(lambda t: t**2 * torch.sin(t)))(x.reshape(-1)).reshape(
+        x.shape), "used autograd"),
+}
+
+
+@pytest.mark.parametrize("name", CORRECT_DERIVATIVES)
+def test_correct_derivatives_pass(name, capsys):
+    check_derivative(CORRECT_DERIVATIVES[name])
+    assert capsys.readouterr().out.startswith("✓ df_dx")
+
+
+@pytest.mark.parametrize("name", WRONG_DERIVATIVES)
+def test_wrong_derivatives_are_rejected_with_their_hint(name):
+    answer, hint = WRONG_DERIVATIVES[name]
+    with pytest.raises(ExerciseError, match=re.escape(hint)):
+        check_derivative(answer)
 
 
 def sig(x):

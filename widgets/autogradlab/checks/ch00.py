@@ -1,8 +1,9 @@
-"""Checkers for chapter 00 (welcome): two warm-up derivatives the page does not show, checked against autograd.
+"""Checkers for chapter 00 (welcome): derivatives by hand, checked against autograd.
 
-The chapter works out d/dx [x² sin x] and the gradient of a plain mean; the exercises
-ask for SiLU's derivative and the gradient of a masked mean, by hand: the learner's
-function runs with autograd out of reach (``no_autograd=True``).
+The chapter works out d/dx [x² sin x] (its check, :func:`check_derivative`, is the
+demo of what a check prints) and the gradient of a plain mean; the exercises ask for
+what the page does not show, SiLU's derivative and the gradient of a masked mean.
+Every learner function runs with autograd out of reach (``no_autograd=True``).
 
 >>> check_silu_derivative(lambda x: torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x))))
 ✓ dsilu_dx matches the reference on 5 inputs
@@ -13,6 +14,53 @@ from __future__ import annotations
 import torch
 
 from autogradlab.checks.core import Case, check_function, seeded
+
+
+def f(x: torch.Tensor) -> torch.Tensor:
+    """The chapter's worked example f(x) = x² · sin(x), applied element-wise."""
+    return x**2 * torch.sin(x)
+
+
+def _autograd_derivative(x: torch.Tensor) -> torch.Tensor:
+    # Element-wise f, so the gradient of sum(f(x)) is f'(x) at every element.
+    x = x.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(x).sum(), x)
+    return grad
+
+
+def _derivative_cases() -> list[Case]:
+    gen = seeded(0)
+    return [
+        Case((torch.tensor([0.0, 1.0, -2.0, 3.5], dtype=torch.float64),), "x = [0, 1, -2, 3.5] (float64)"),
+        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 3,), "7 random x in float64"),
+        Case((torch.randn(3, 5, generator=gen) * 3,), "x of shape (3, 5) in float32"),
+        Case((torch.tensor(0.7, dtype=torch.float64),), "a 0-dim x = 0.7"),
+    ]
+
+
+DERIVATIVE_MISTAKES = {
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).":
+        lambda x: 2 * x * torch.sin(x),
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).":
+        lambda x: x**2 * torch.cos(x),
+    "sign error: d/dx sin(x) = +cos(x), so both terms are added.":
+        lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+    "power rule: d/dx x² = 2x (you used x).":
+        lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
+    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).":
+        lambda x: 2 * x * torch.cos(x),
+}
+
+
+def check_derivative(df_dx) -> None:
+    """Check ``df_dx(x)`` = d/dx [x² sin x], element-wise and by hand, against autograd.
+
+    >>> check_derivative(lambda x: 2 * x * torch.sin(x) + x**2 * torch.cos(x))
+    ✓ df_dx matches the reference on 4 inputs
+    """
+    check_function(
+        df_dx, _autograd_derivative, _derivative_cases(), name="df_dx", mistakes=DERIVATIVE_MISTAKES, no_autograd=True
+    )
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
