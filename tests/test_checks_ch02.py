@@ -401,3 +401,9 @@ def test_off_limits_errors_do_not_get_the_shape_hint():
 
 def test_hard_coded_eps_is_named():
     rejected(check_layernorm_backward, ln_hard_coded_eps, "use the `eps` argument")
+
+
+def test_aten_kernels_are_restored_after_the_check():
+    with pytest.raises(ExerciseError):
+        check_embedding_backward(emb_aten)
+    assert type(torch.ops.aten.embedding_dense_backward).__name__ == "OpOverloadPacket"
