@@ -46,7 +46,11 @@ def nbgrader(course: Path, *args: str) -> str:
 
 
 def code_sources(path: Path) -> list[str]:
-    return [c.source.strip() for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    """Code cells, without the launch setup cell the release adds to chapters (nbgrader's copy has none)."""
+    return [
+        c.source.strip() for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code" and "course-setup" not in c.metadata.get("tags", [])
+    ]
 
 
 def grade_chapter(solution: Path, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from autogradlab.checks.ch00 import (
 )
 from autogradlab.checks.core import ExerciseError
 
-
 CORRECT_DERIVATIVES = {
     "product rule": lambda x: 2 * x * torch.sin(x) + x**2 * torch.cos(x),
     "factored": lambda x: x * (2 * torch.sin(x) + x * torch.cos(x)),
@@ -27,8 +26,10 @@ WRONG_DERIVATIVES = {
     "sign error": (lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x), "sign error"),
     "power rule": (lambda x: x * torch.sin(x) + x**2 * torch.cos(x), "power rule"),
     "multiplied derivatives": (lambda x: 2 * x * torch.cos(x), "multiplied the two derivatives"),
-    "torch.func": (lambda x: torch.func.vmap(torch.func.grad(lambda t: t**2 * torch.sin(t)))(x.reshape(-1)).reshape(
-        x.shape), "used autograd"),
+    "torch.func": (
+        lambda x: torch.func.vmap(torch.func.grad(lambda t: t**2 * torch.sin(t)))(x.reshape(-1)).reshape(x.shape),
+        "used autograd",
+    ),
 }
 
 

@@ -62,8 +62,14 @@ def emb_einsum(idx, weight, G):
     return torch.einsum("...v,...d->vd", F.one_hot(idx, weight.shape[0]).to(G.dtype), G)
 
 
-CORRECT_EMBEDDING = {"index_add_": emb_index_add, "scatter_add": emb_scatter_add, "one-hot matmul": emb_one_hot,
-                     "index_put_ accumulate": emb_index_put, "python loop": emb_loop, "einsum": emb_einsum}
+CORRECT_EMBEDDING = {
+    "index_add_": emb_index_add,
+    "scatter_add": emb_scatter_add,
+    "one-hot matmul": emb_one_hot,
+    "index_put_ accumulate": emb_index_put,
+    "python loop": emb_loop,
+    "einsum": emb_einsum,
+}
 
 
 def emb_overwrite(idx, weight, G):
@@ -108,9 +114,14 @@ WRONG_EMBEDDING = {
     "overwrite": (emb_overwrite, "overwrite each other"),
     "+= with advanced indexing": (emb_plus_equals, "overwrite each other"),
     "mean over repeats": (emb_mean, "not their mean"),
-    "every row gets every gradient": (lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(
-        weight).clone(), "only receives G at the positions where idx == v"),
-    "divided by positions": (lambda idx, weight, G: emb_index_add(idx, weight, G) / idx.numel(), "averaged over the positions"),
+    "every row gets every gradient": (
+        lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
+        "only receives G at the positions where idx == v",
+    ),
+    "divided by positions": (
+        lambda idx, weight, G: emb_index_add(idx, weight, G) / idx.numel(),
+        "averaged over the positions",
+    ),
     "one-hot transposed": (lambda idx, weight, G: emb_one_hot(idx, weight, G).T, "transpose"),
     "returned G": (lambda idx, weight, G: G, "Shape"),
     "not flattened": (emb_not_flattened, "flatten first"),
@@ -175,7 +186,11 @@ def ce_scatter(z, y):
     return [loss, p.scatter_add(1, y[:, None], -torch.ones(len(y), 1, dtype=z.dtype)) / len(y)]
 
 
-CORRECT_CE = {"stable with amax": ce_stable, "gather of log-softmax": ce_gather_log_softmax, "scatter, as a list": ce_scatter}
+CORRECT_CE = {
+    "stable with amax": ce_stable,
+    "gather of log-softmax": ce_gather_log_softmax,
+    "scatter, as a list": ce_scatter,
+}
 
 
 def ce_naive(z, y):
@@ -227,9 +242,17 @@ WRONG_CE = {
     "global max": (ce_global_max, "each ROW's max"),
     "log of softmax": (ce_log_of_softmax, "log softmax(z)_y = z_y − max"),
     "no mean": (lambda z, y: tuple(t * len(z) for t in ce_stable(z, y)), "factor 1/B"),
-    "no one-hot": (lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] + onehot(z, y) / len(z)), "one-hot term is missing"),
-    "softmax dim 0": (lambda z, y: (ce_stable(z, y)[0], (torch.exp(z - z.amax(0)) / torch.exp(z - z.amax(0)).sum(0)
-                                                        - onehot(z, y)) / len(z)), "wrong dim"),
+    "no one-hot": (
+        lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] + onehot(z, y) / len(z)),
+        "one-hot term is missing",
+    ),
+    "softmax dim 0": (
+        lambda z, y: (
+            ce_stable(z, y)[0],
+            (torch.exp(z - z.amax(0)) / torch.exp(z - z.amax(0)).sum(0) - onehot(z, y)) / len(z),
+        ),
+        "wrong dim",
+    ),
     "dz sign": (lambda z, y: (ce_stable(z, y)[0], -ce_stable(z, y)[1]), "sign is flipped"),
     "mean over B·C": (lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] / z.shape[1]), "not z.numel()"),
     "torch.softmax": (ce_library_softmax, "`torch.softmax` is off limits"),

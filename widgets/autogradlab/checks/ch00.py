@@ -39,16 +39,15 @@ def _derivative_cases() -> list[Case]:
 
 
 DERIVATIVE_MISTAKES = {
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).":
-        lambda x: 2 * x * torch.sin(x),
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).":
-        lambda x: x**2 * torch.cos(x),
-    "sign error: d/dx sin(x) = +cos(x), so both terms are added.":
-        lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
-    "power rule: d/dx x² = 2x (you used x).":
-        lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
-    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).":
-        lambda x: 2 * x * torch.cos(x),
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).": lambda x: (
+        2 * x * torch.sin(x)
+    ),
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).": lambda x: (
+        x**2 * torch.cos(x)
+    ),
+    "sign error: d/dx sin(x) = +cos(x), so both terms are added.": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+    "power rule: d/dx x² = 2x (you used x).": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
+    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).": lambda x: 2 * x * torch.cos(x),
 }
 
 
@@ -81,7 +80,10 @@ def _silu_cases() -> list[Case]:
         Case((torch.tensor([0.0, 1.0, -2.0, 3.5, -6.0], dtype=torch.float64),), "x = [0, 1, -2, 3.5, -6] (float64)"),
         Case((torch.randn(7, generator=gen, dtype=torch.float64) * 4,), "7 random x in float64"),
         Case((torch.randn(3, 5, generator=gen) * 4,), "x of shape (3, 5) in float32"),
-        Case((torch.linspace(-12, 12, 9, dtype=torch.float64).reshape(3, 3).T,), "a transposed (3, 3) view, x from -12 to 12"),
+        Case(
+            (torch.linspace(-12, 12, 9, dtype=torch.float64).reshape(3, 3).T,),
+            "a transposed (3, 3) view, x from -12 to 12",
+        ),
         Case((torch.tensor(0.7, dtype=torch.float64),), "a 0-dim x = 0.7"),
     ]
 
@@ -91,20 +93,25 @@ def _sig(x):
 
 
 SILU_MISTAKES = {
-    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).":
-        lambda x: _sig(x),
-    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).":
-        lambda x: x * _sig(x) * (1 - _sig(x)),
-    "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).":
-        lambda x: _sig(x) + x * _sig(x),
-    "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.":
-        lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
-    "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².":
-        lambda x: _sig(x) + x * (1 - _sig(x)),
-    "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.":
-        lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
-    "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.":
-        lambda x: _sig(x) * (1 - _sig(x)),
+    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).": lambda x: _sig(x),
+    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).": lambda x: (
+        x * _sig(x) * (1 - _sig(x))
+    ),
+    "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).": lambda x: (
+        _sig(x) + x * _sig(x)
+    ),
+    "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.": lambda x: (
+        _sig(x) + x * (1 - _sig(x) ** 2)
+    ),
+    "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².": lambda x: (
+        _sig(x) + x * (1 - _sig(x))
+    ),
+    "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.": lambda x: (
+        _sig(x) - x * _sig(x) * (1 - _sig(x))
+    ),
+    "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.": lambda x: (
+        _sig(x) * (1 - _sig(x))
+    ),
 }
 
 
@@ -129,8 +136,12 @@ def _masked_cases() -> list[Case]:
     gen = seeded(1)
     cases = []
     # Masks keep neither all entries nor one row's worth: a count of N, or of rows, would hide a wrong divisor.
-    for shape, keep, dtype in [((4, 3), 0.5, torch.float64), ((6,), 0.6, torch.float64),
-                               ((2, 5, 3), 0.7, torch.float64), ((5, 4), 0.4, torch.float32)]:
+    for shape, keep, dtype in [
+        ((4, 3), 0.5, torch.float64),
+        ((6,), 0.6, torch.float64),
+        ((2, 5, 3), 0.7, torch.float64),
+        ((5, 4), 0.4, torch.float32),
+    ]:
         x = torch.randn(*shape, generator=gen, dtype=dtype)
         mask = torch.rand(*shape, generator=gen) < keep
         mask.view(-1)[:2] = torch.tensor([True, False])  # at least one kept, one masked
@@ -149,16 +160,19 @@ def _kept(mask, x):
 
 
 MASKED_MEAN_MISTAKES = {
-    "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().":
-        lambda x, m: 2 * x * _kept(m, x) / x.numel(),
-    "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.":
-        lambda x, m: 2 * x / m.sum(),
-    "the mean divides by the number of kept entries, not by x.shape[0] (the rows).":
-        lambda x, m: 2 * x * _kept(m, x) / x.shape[0],
-    "d/dx x² = 2x: the factor 2 is missing.":
-        lambda x, m: x * _kept(m, x) / m.sum(),
-    "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.":
-        lambda x, m: 2 * x * _kept(m, x),
+    "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().": lambda x, m: (
+        2 * x * _kept(m, x) / x.numel()
+    ),
+    "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.": lambda x, m: (
+        2 * x / m.sum()
+    ),
+    "the mean divides by the number of kept entries, not by x.shape[0] (the rows).": lambda x, m: (
+        2 * x * _kept(m, x) / x.shape[0]
+    ),
+    "d/dx x² = 2x: the factor 2 is missing.": lambda x, m: x * _kept(m, x) / m.sum(),
+    "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.": lambda x, m: (
+        2 * x * _kept(m, x)
+    ),
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +82,13 @@ def _add_hint(error: ExerciseError, hint: str | None) -> ExerciseError:
 # aten's own backward kernels compute these exercises' answers in one call.
 _ATEN_BACKWARDS = tuple(
     (torch.ops.aten, name, f"torch.ops.aten.{name}")
-    for name in ("embedding_backward", "embedding_dense_backward", "_softmax_backward_data",
-                 "_log_softmax_backward_data", "native_layer_norm_backward")
+    for name in (
+        "embedding_backward",
+        "embedding_dense_backward",
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "native_layer_norm_backward",
+    )
 )
 
 # --------------------------------------------------------------------------- embedding lookup
@@ -127,14 +132,16 @@ def _scatter(idx, weight, G, *, accumulate=True, average=False):
 EMBEDDING_MISTAKES = {
     "repeated indices overwrite each other: `dW[idx] = G` (and `dW[idx] += G`) keeps ONE of the rows "
     "that share an index. Every lookup of a token adds its gradient: use `index_add_`, `index_put_(..., "
-    "accumulate=True)` or a one-hot matmul.":
-        lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
-    "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.":
-        lambda idx, weight, G: _scatter(idx, weight, G, average=True),
-    "every row got the gradient of every position: row v only receives G at the positions where idx == v.":
-        lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
-    "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).":
-        lambda idx, weight, G: _scatter(idx, weight, G) / idx.numel(),
+    "accumulate=True)` or a one-hot matmul.": lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
+    "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.": lambda idx, weight, G: (
+        _scatter(idx, weight, G, average=True)
+    ),
+    "every row got the gradient of every position: row v only receives G at the positions where idx == v.": lambda idx, weight, G: (
+        G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone()
+    ),
+    "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).": lambda idx, weight, G: (
+        _scatter(idx, weight, G) / idx.numel()
+    ),
 }
 
 EMBEDDING_SHAPES = (
@@ -194,7 +201,9 @@ def _cross_entropy_cases() -> list[Case]:
     z[3] -= 1000
     z[4] = torch.tensor([1000.0, -1000.0, 0.0, 3.0], dtype=torch.float64)
     y = torch.tensor([1, int(z[1].argmin()), 0, 3, 1])
-    cases.append(Case((z, y), "logits (5, 4): rows ordinary, ×1000, near +1000, near −1000, [1000, −1000, 0, 3] (float64)"))
+    cases.append(
+        Case((z, y), "logits (5, 4): rows ordinary, ×1000, near +1000, near −1000, [1000, −1000, 0, 3] (float64)")
+    )
     z = torch.randn(6, 10, generator=gen) * 100  # exp(89) already overflows float32
     z[0, :4] = z[0].max()  # a tie for the row's max
     y = torch.randint(0, 10, (6,), generator=gen)
@@ -218,14 +227,19 @@ def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=Tr
 
 
 CROSS_ENTROPY_MISTAKES = {
-    "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).":
-        lambda z, y: _softmax_ce(z, y, mean=False),
-    "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.":
-        lambda z, y: _softmax_ce(z, y, onehot=False),
-    "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.":
-        lambda z, y: _softmax_ce(z, y, softmax_dim=0),
-    "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().":
-        lambda z, y: (_softmax_ce(z, y)[0], _softmax_ce(z, y)[1] / z.shape[1]),
+    "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).": lambda z, y: (
+        _softmax_ce(z, y, mean=False)
+    ),
+    "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.": lambda z, y: (
+        _softmax_ce(z, y, onehot=False)
+    ),
+    "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.": lambda z, y: (
+        _softmax_ce(z, y, softmax_dim=0)
+    ),
+    "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().": lambda z, y: (
+        _softmax_ce(z, y)[0],
+        _softmax_ce(z, y)[1] / z.shape[1],
+    ),
 }
 
 
@@ -233,23 +247,29 @@ def _overflow_hint(args, got) -> str:
     """Name the instability behind an inf/NaN, trying the usual unstable forms on the same input."""
     forms = {
         "exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so "
-        "subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.":
-            {"shift": "none"},
+        "subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.": {
+            "shift": "none"
+        },
         "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to "
-        "a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).":
-            {"shift": "global"},
+        "a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).": {
+            "shift": "global"
+        },
         "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the "
-        "log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).":
-            {"log_of_softmax": True},
+        "log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).": {"log_of_softmax": True},
     }
     for hint, options in forms.items():
         wrong = _softmax_ce(*args, **options)
-        if all(isinstance(g, torch.Tensor) and g.shape == w.shape
-               and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-6, equal_nan=True)
-               for g, w in zip(got, wrong)):
+        if all(
+            isinstance(g, torch.Tensor)
+            and g.shape == w.shape
+            and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-6, equal_nan=True)
+            for g, w in zip(got, wrong)
+        ):
             return hint
-    return ("an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
-            "and never take the log of a softmax that can underflow.")
+    return (
+        "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
+        "and never take the log of a softmax that can underflow."
+    )
 
 
 def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
@@ -325,8 +345,22 @@ def _layernorm_cases() -> list[Case]:
     return cases
 
 
-def _layernorm_manual(x, gamma, beta, G, eps, *, mean_term=True, variance_term=True, gamma_in_dx=True,
-                      correction=0, eps_at="inside", variance_sign=-1, dgamma="right", dbeta_mean=False):
+def _layernorm_manual(
+    x,
+    gamma,
+    beta,
+    G,
+    eps,
+    *,
+    mean_term=True,
+    variance_term=True,
+    gamma_in_dx=True,
+    correction=0,
+    eps_at="inside",
+    variance_sign=-1,
+    dgamma="right",
+    dbeta_mean=False,
+):
     mu = x.mean(-1, keepdim=True)
     var = x.var(-1, keepdim=True, correction=correction)
     std = {"inside": (var + eps).sqrt(), "none": var.sqrt(), "outside": var.sqrt() + eps}[eps_at]
@@ -346,32 +380,34 @@ def _layernorm_manual(x, gamma, beta, G, eps, *, mean_term=True, variance_term=T
 
 LAYERNORM_MISTAKES = {
     "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ "
-    "and add the gradient that flows back along that path.":
-        lambda *a: _layernorm_manual(*a, variance_term=False),
+    "and add the gradient that flows back along that path.": lambda *a: _layernorm_manual(*a, variance_term=False),
     "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the "
-    "gradient that flows back through μ.":
-        lambda *a: _layernorm_manual(*a, mean_term=False),
-    "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.":
-        lambda *a: _layernorm_manual(*a, mean_term=False, variance_term=False),
-    "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.":
-        lambda *a: _layernorm_manual(*a, gamma_in_dx=False),
-    "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).":
-        lambda *a: _layernorm_manual(*a, variance_sign=+1),
+    "gradient that flows back through μ.": lambda *a: _layernorm_manual(*a, mean_term=False),
+    "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.": lambda *a: (
+        _layernorm_manual(*a, mean_term=False, variance_term=False)
+    ),
+    "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.": lambda *a: _layernorm_manual(*a, gamma_in_dx=False),
+    "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).": lambda *a: _layernorm_manual(*a, variance_sign=+1),
     "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
-    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).":
-        lambda *a: _layernorm_manual(*a, correction=1),
-    "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.":
-        lambda *a: _layernorm_manual(*a, eps_at="none"),
-    "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.":
-        lambda x, gamma, beta, G, eps: _layernorm_manual(x, gamma, beta, G, 1e-5),
-    "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.":
-        lambda *a: _layernorm_manual(*a, eps_at="outside"),
-    "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).":
-        lambda *a: _layernorm_manual(*a, dgamma="no xhat"),
-    "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.":
-        lambda *a: _layernorm_manual(*a, dgamma="dim 0"),
-    "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.":
-        lambda *a: _layernorm_manual(*a, dbeta_mean=True),
+    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).": lambda *a: _layernorm_manual(*a, correction=1),
+    "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.": lambda *a: _layernorm_manual(
+        *a, eps_at="none"
+    ),
+    "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.": lambda x, gamma, beta, G, eps: (
+        _layernorm_manual(x, gamma, beta, G, 1e-5)
+    ),
+    "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.": lambda *a: _layernorm_manual(
+        *a, eps_at="outside"
+    ),
+    "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).": lambda *a: _layernorm_manual(
+        *a, dgamma="no xhat"
+    ),
+    "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.": lambda *a: (
+        _layernorm_manual(*a, dgamma="dim 0")
+    ),
+    "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.": lambda *a: (
+        _layernorm_manual(*a, dbeta_mean=True)
+    ),
 }
 
 LAYERNORM_SHAPES = (
