@@ -49,6 +49,14 @@ def test_mean_and_sum_over_a_dim():
     assert torch.allclose(r.vjp_from_autograd, r.v[:, None].expand(2, 3))
 
 
+def test_softmax_note_states_both_sums_and_both_hold():
+    r = explore("softmax", [(2, 3)], dim=-1)
+    assert r.jacobian.sum(dim=0).abs().max() < 1e-15  # column sums: 1ᵀJ = 0, the VJP of v = ones
+    assert r.jacobian.sum(dim=1).abs().max() < 1e-15  # row sums: J 1 = 0, shift invariance
+    note = OPS["softmax"].note("x")
+    assert "columns sum to 0" in note and "rows sum to 0" in note
+
+
 def test_softmax_with_ones_gives_zero_vjp_and_one_hot_picks_a_row():
     assert explore("softmax", [(2, 3)], v="ones").vjp_from_autograd.abs().max() < 1e-15
     r = explore("layer norm", [(2, 4)], v="one-hot", index=5)

@@ -66,7 +66,9 @@ OPS: dict[str, Op] = {
             ("x", "diagonal: 1 where x > 0, 0 elsewhere. The VJP just masks v; J is never needed."),
         )),
         Op("softmax", "y = softmax(x, dim)", ("x",), ((2, 3),), lambda x, dim: torch.softmax(x, dim), True, notes=(
-            ("x", "one block diag(y) − y yᵀ per slice along dim. Its rows sum to 0, so v = ones gives a zero VJP."),
+            ("x", "one block diag(y) − y yᵀ per slice along dim. Its columns sum to 0 (a slice's outputs always sum "
+                  "to 1), so v = ones gives a zero VJP; its rows sum to 0 too, a different fact (adding a constant "
+                  "to a slice changes nothing)."),
         )),
         Op("logsumexp", "y = logsumexp(x, dim)", ("x",), ((2, 3),), lambda x, dim: torch.logsumexp(x, dim), True,
            notes=(("x", "each row of J is the softmax of one slice: the VJP is v (broadcast back) ⊙ softmax(x)."),)),
