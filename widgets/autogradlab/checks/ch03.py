@@ -214,8 +214,10 @@ def _softmax_cases() -> list[Case]:
     x = torch.randn(2, 5, generator=seeded(6), dtype=torch.float32) * torch.tensor([[1.0], [80.0]])
     cases.append(_softmax_case(x, -1, "y of shape (2, 5) whose rows have very different ranges", 106))
     # A transposed view: strides that code using .view() or assuming the last dim is contiguous gets wrong.
-    x = torch.randn(5, 3, generator=seeded(7), dtype=torch.float64).mT
-    cases.append(_softmax_case(x, 1, "y of shape (3, 5), non-contiguous (a transposed view)", 107))
+    case = _softmax_case(torch.randn(5, 3, generator=seeded(7), dtype=torch.float64), 0, "", 107)
+    y, v, _ = case.args
+    cases.append(Case((y.mT, v.mT.contiguous(), 1),
+                      "y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)"))
     return cases
 
 
