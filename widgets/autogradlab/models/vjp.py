@@ -77,13 +77,13 @@ OPS: dict[str, Op] = {
         )),
         Op("broadcasting add", "y = x + b", ("x", "b"), ((3, 4), (4,)), lambda x, b, dim: x + b, notes=(
             ("x", "the identity: x + b passes v straight through to x."),
-            ("b", "one 1 per position b was broadcast to: the VJP sums v over the broadcast dims."),
+            ("b", "one 1 in each column for every position that entry of b was copied to (exercise 2: what is vᵀJ?)."),
         )),
         Op("sum over a dim", "y = x.sum(dim)", ("x",), ((2, 3),), lambda x, dim: x.sum(dim), True, notes=(
             ("x", "all ones in the pattern of the reduced dim: the VJP copies v back along dim."),
         )),
         Op("mean over a dim", "y = x.mean(dim)", ("x",), ((2, 3),), lambda x, dim: x.mean(dim), True, notes=(
-            ("x", "like the sum, divided by the size of dim: the VJP copies v back along dim and divides."),
+            ("x", "the pattern of the sum, with every entry 1 / (size of dim) (exercise 3: what is vᵀJ?)."),
         )),
     ]
 }
