@@ -68,13 +68,18 @@ WRONG_SOFTMAX = {
     "no keepdim": (lambda y, v, dim: y * (v - (v * y).sum(dim)), "keepdim=True"),
     "sign": (lambda y, v, dim: y * ((v * y).sum(dim, keepdim=True) - v), "sign is flipped"),
     "explicit jacobian": (softmax_vjp_by_jacobian, "built the Jacobian of each slice"),
-    "autograd via log": (lambda y, v, dim: torch.func.vjp(lambda t: torch.softmax(t, dim), y.log())[1](v)[0],
-                         "used autograd"),
+    "autograd via log": (
+        lambda y, v, dim: torch.func.vjp(lambda t: torch.softmax(t, dim), y.log())[1](v)[0],
+        "used autograd",
+    ),
     "autograd.functional.jacobian": (
         lambda y, v, dim: v.reshape(-1) @ torch.autograd.functional.jacobian(lambda t: torch.softmax(t, dim), y.log()),
-        "torch.autograd.functional.jacobian"),
+        "torch.autograd.functional.jacobian",
+    ),
     "backward on a recomputed softmax": (
-        lambda y, v, dim: torch.autograd.grad(torch.softmax(y.log().requires_grad_(), dim), y, v)[0], "used autograd"),
+        lambda y, v, dim: torch.autograd.grad(torch.softmax(y.log().requires_grad_(), dim), y, v)[0],
+        "used autograd",
+    ),
     "view on a non-contiguous input": (softmax_vjp_with_view, ".view() fails on a non-contiguous y"),
     "changes v in place": (softmax_vjp_in_place, "changed its input in place"),
     "not implemented": (not_implemented, "NotImplementedError"),
@@ -159,15 +164,21 @@ CORRECT_SUM_TO_SHAPE = {
 WRONG_SUM_TO_SHAPE = {
     "always dim 0": (lambda grad, shape: grad.sum(0), "always summing over dim 0"),
     "leading only": (lambda grad, shape: grad.sum(0) if grad.dim() > len(shape) else grad, "size-1 dim of b"),
-    "mean": (lambda grad, shape: sum_to_shape_by_loop(grad, shape) * math.prod(shape) / grad.numel(),
-             "a mean where a sum"),
+    "mean": (
+        lambda grad, shape: sum_to_shape_by_loop(grad, shape) * math.prod(shape) / grad.numel(),
+        "a mean where a sum",
+    ),
     "matched from the left": (sum_to_shape_from_the_left, "from the right"),
     "empty tuple of dims": (sum_to_shape_empty_dims, "empty tuple of dims sums over every dim"),
     "no keepdim": (lambda grad, shape: sum_to_shape_by_loop(grad, shape).reshape(-1), "Shape: got"),
     "returns grad": (lambda grad, shape: grad, "Shape: got"),
     "sum_to_size": (lambda grad, shape: grad.sum_to_size(shape), "`sum_to_size` is the built-in"),
-    "autograd": (lambda grad, shape: torch.func.vjp(lambda b: torch.zeros_like(grad) + b,
-                                                    torch.zeros(shape, dtype=grad.dtype))[1](grad)[0], "used autograd"),
+    "autograd": (
+        lambda grad, shape: torch.func.vjp(lambda b: torch.zeros_like(grad) + b, torch.zeros(shape, dtype=grad.dtype))[
+            1
+        ](grad)[0],
+        "used autograd",
+    ),
     "jacobian as a 0/1 matrix": (sum_to_shape_by_matrix, "built the Jacobian of the broadcast"),
     "not implemented": (not_implemented, "NotImplementedError"),
 }
@@ -244,17 +255,31 @@ CORRECT_MEAN = {
 }
 
 WRONG_MEAN = {
-    "no division": (lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))),
-                    "divides by the number of elements it averages"),
-    "divided by numel": (lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
-                         / math.prod(a[1]), "not by the number of elements of x"),
-    "one dim's size only": (lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
-                            / a[1][a[2] if isinstance(a[2], int) else a[2][0]], "the product of their sizes"),
+    "no division": (
+        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))),
+        "divides by the number of elements it averages",
+    ),
+    "divided by numel": (
+        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))) / math.prod(a[1]),
+        "not by the number of elements of x",
+    ),
+    "one dim's size only": (
+        lambda *a: (
+            mean_vjp_unsqueeze(*a)
+            * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
+            / a[1][a[2] if isinstance(a[2], int) else a[2][0]]
+        ),
+        "the product of their sizes",
+    ),
     "ignores keepdim": (mean_vjp_always_unsqueeze, "with keepdim=True they are already there"),
     "unsqueeze in the given order": (mean_vjp_given_order, "in increasing order of d % x.dim()"),
     "lost dtype": (lambda *a: mean_vjp_unsqueeze(*a).float(), "Dtype"),
-    "autograd": (lambda v, x_shape, dim, keepdim: torch.autograd.grad(
-        torch.zeros(x_shape, dtype=v.dtype, requires_grad=True).mean(dim, keepdim), v)[0], "used autograd"),
+    "autograd": (
+        lambda v, x_shape, dim, keepdim: torch.autograd.grad(
+            torch.zeros(x_shape, dtype=v.dtype, requires_grad=True).mean(dim, keepdim), v
+        )[0],
+        "used autograd",
+    ),
     "jacobian as a matrix": (mean_vjp_by_matrix, "built the Jacobian of the mean"),
     "not implemented": (not_implemented, "NotImplementedError"),
 }
@@ -337,8 +362,12 @@ def hvp_nones(f, params, vs):
 def hvp_no_cross_terms(f, params, vs):
     ps = copies(params)
     grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
-    return [torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
-            if g.requires_grad else torch.zeros_like(p) for g, v, p in zip(grads, vs, ps)]
+    return [
+        torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
+        if g.requires_grad
+        else torch.zeros_like(p)
+        for g, v, p in zip(grads, vs, ps)
+    ]
 
 
 def hvp_hessian_rows(f, params, vs):
@@ -361,8 +390,9 @@ def hvp_hessian_batched(f, params, vs):
     eye = torch.eye(flat.numel(), dtype=flat.dtype)
     H = torch.autograd.grad(flat, ps, eye, is_grads_batched=True, allow_unused=True)
     n = flat.numel()
-    H = torch.cat([torch.zeros(n, p.numel(), dtype=flat.dtype) if h is None else h.reshape(n, -1)
-                   for h, p in zip(H, ps)], dim=1)
+    H = torch.cat(
+        [torch.zeros(n, p.numel(), dtype=flat.dtype) if h is None else h.reshape(n, -1) for h, p in zip(H, ps)], dim=1
+    )
     hv = H @ torch.cat([v.reshape(-1) for v in vs])
     return [b.reshape(p.shape) for b, p in zip(hv.split([p.numel() for p in ps]), ps)]
 
@@ -379,24 +409,33 @@ def hvp_flat(f, params, vs):
 
 
 WRONG_HVP = {
-    "gradient list": (lambda f, params, vs: (lambda ps: torch.autograd.grad(f(*ps), ps, materialize_grads=True))(
-        copies(params)), "that is the gradient"),
-    "gradient times v": (lambda f, params, vs: [g * v for g, v in zip(
-        (lambda ps: torch.autograd.grad(f(*ps), ps))(copies(params)), vs)], "element-wise"),
+    "gradient list": (
+        lambda f, params, vs: (lambda ps: torch.autograd.grad(f(*ps), ps, materialize_grads=True))(copies(params)),
+        "that is the gradient",
+    ),
+    "gradient times v": (
+        lambda f, params, vs: [g * v for g, v in zip((lambda ps: torch.autograd.grad(f(*ps), ps))(copies(params)), vs)],
+        "element-wise",
+    ),
     "no create_graph": (hvp_no_create_graph, "create_graph=True"),
     "no allow_unused for a linear parameter": (hvp_not_allow_unused, "materialize_grads=True"),
     "None for a linear parameter": (hvp_nones, "returned None for parameter 1"),
     "no cross terms": (hvp_no_cross_terms, "the cross terms are missing"),
     "Hessian row by row": (hvp_hessian_rows, "tensor ops"),
     "Hessian batched": (hvp_hessian_batched, "created a tensor of"),
-    "autograd.functional.hvp": (lambda f, params, vs: torch.autograd.functional.hvp(f, tuple(params), tuple(vs))[1],
-                                "torch.autograd.functional.hvp"),
+    "autograd.functional.hvp": (
+        lambda f, params, vs: torch.autograd.functional.hvp(f, tuple(params), tuple(vs))[1],
+        "torch.autograd.functional.hvp",
+    ),
     "torch.func forward over reverse": (
         lambda f, params, vs: torch.func.jvp(torch.func.grad(lambda ps: f(*ps)), (tuple(params),), (tuple(vs),))[1],
-        "torch.func"),
+        "torch.func",
+    ),
     "requires_grad_ on the caller's tensors": (hvp_requires_grad_in_place, "switched on requires_grad"),
-    "v H v, a scalar": (lambda f, params, vs: sum((h * v).sum() for h, v in zip(hvp_materialize(f, params, vs), vs)),
-                        "single number"),
+    "v H v, a scalar": (
+        lambda f, params, vs: sum((h * v).sum() for h, v in zip(hvp_materialize(f, params, vs), vs)),
+        "single number",
+    ),
     "one flat tensor": (hvp_flat, "reshape or transpose back"),
     "not implemented": (lambda f, params, vs: not_implemented(), "NotImplementedError"),
 }

@@ -31,7 +31,9 @@ def test_jacobian_matches_known_formulas():
     y = torch.softmax(x, 0)
     assert torch.allclose(jacobian(lambda t: torch.softmax(t, 0), [x], 0), torch.diag(y) - torch.outer(y, y))
     X, W = torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
-    assert torch.allclose(jacobian(lambda a, b: a @ b, [X, W], 0), torch.kron(torch.eye(2, dtype=torch.float64), W.T.contiguous()))
+    assert torch.allclose(
+        jacobian(lambda a, b: a @ b, [X, W], 0), torch.kron(torch.eye(2, dtype=torch.float64), W.T.contiguous())
+    )
     r = explore("relu", [(3, 2)])
     assert torch.equal(r.jacobian, torch.diag((r.inputs[0] > 0).double().flatten()))
 
@@ -79,7 +81,8 @@ def test_helpers():
 
 
 @pytest.mark.parametrize(
-    "text, shape", [("2, 3", (2, 3)), ("(2,3)", (2, 3)), ("2x3", (2, 3)), ("4", (4,)), ("()", ()), ("", ()), ("[1, 2, 3]", (1, 2, 3))]
+    "text, shape",
+    [("2, 3", (2, 3)), ("(2,3)", (2, 3)), ("2x3", (2, 3)), ("4", (4,)), ("()", ()), ("", ()), ("[1, 2, 3]", (1, 2, 3))],
 )
 def test_parse_shape(text, shape):
     assert parse_shape(text) == shape

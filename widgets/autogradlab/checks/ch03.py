@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -136,7 +137,7 @@ def _check_no_jacobian(fn, reference, case: Case, name: str, what_not: str, entr
 
 _REFUSED_HINTS = {
     "sum_to_shape": "`sum_to_size` is the built-in this exercise asks you to write. Use `sum` over the dims "
-                    "along which b was broadcast; compare with `sum_to_size` outside your function if you like.",
+    "along which b was broadcast; compare with `sum_to_size` outside your function if you like.",
 }
 _NO_JACOBIAN_HINTS = {
     "softmax_vjp": "expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice.",
@@ -148,9 +149,15 @@ _NO_JACOBIAN_HINTS = {
 def _check(fn, reference, cases, large: Case, *, name, what_not, mistakes, error_hint, refused=()) -> None:
     """A by-hand VJP checker: first the footprint on the large case, then values on every case."""
     _check_no_jacobian(fn, reference, large, name, what_not, refused)
-    check_function(_guarded(fn, refused), reference, [*cases, large], name=name,
-                   mistakes={hint: _quiet(wrong) for hint, wrong in mistakes.items()},
-                   error_hint=error_hint, no_autograd=True)
+    check_function(
+        _guarded(fn, refused),
+        reference,
+        [*cases, large],
+        name=name,
+        mistakes={hint: _quiet(wrong) for hint, wrong in mistakes.items()},
+        error_hint=error_hint,
+        no_autograd=True,
+    )
 
 
 def _quiet(wrong: Callable) -> Callable:
@@ -216,8 +223,12 @@ def _softmax_cases() -> list[Case]:
     # A transposed view: strides that code using .view() or assuming the last dim is contiguous gets wrong.
     case = _softmax_case(torch.randn(5, 3, generator=seeded(7), dtype=torch.float64), 0, "", 107)
     y, v, _ = case.args
-    cases.append(Case((y.mT, v.mT.contiguous(), 1),
-                      "y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)"))
+    cases.append(
+        Case(
+            (y.mT, v.mT.contiguous(), 1),
+            "y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)",
+        )
+    )
     return cases
 
 
@@ -228,20 +239,25 @@ def _softmax_large() -> Case:
 
 SOFTMAX_MISTAKES = {
     "that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: "
-    "subtract y times (v · y summed over dim).":
-        lambda y, v, dim: y * v,
-    "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.":
-        lambda y, v, dim: y * (v - (v * y).sum()),
-    "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).":
-        lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
-    "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).":
-        lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)),
-    "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).":
-        lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
-    "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.":
-        lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
-    "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.":
-        lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
+    "subtract y times (v · y summed over dim).": lambda y, v, dim: y * v,
+    "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.": lambda y, v, dim: (
+        y * (v - (v * y).sum())
+    ),
+    "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
+        y * (v - (v * y).sum(-1, keepdim=True))
+    ),
+    "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
+        y * (v - (v * y).sum(0, keepdim=True))
+    ),
+    "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).": lambda y, v, dim: (
+        y * (v - v.sum(dim, keepdim=True))
+    ),
+    "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.": lambda y, v, dim: (
+        y * v - (v * y).sum(dim, keepdim=True)
+    ),
+    "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.": lambda y, v, dim: (
+        v - y * (v * y).sum(dim, keepdim=True)
+    ),
 }
 
 
@@ -252,10 +268,15 @@ def check_softmax_vjp(softmax_vjp) -> None:
     ✓ softmax_vjp matches the reference on 9 inputs
     """
     _check(
-        softmax_vjp, _softmax_reference, _softmax_cases(), _softmax_large(),
-        name="softmax_vjp", what_not="the Jacobian of each slice", mistakes=SOFTMAX_MISTAKES,
+        softmax_vjp,
+        _softmax_reference,
+        _softmax_cases(),
+        _softmax_large(),
+        name="softmax_vjp",
+        what_not="the Jacobian of each slice",
+        mistakes=SOFTMAX_MISTAKES,
         error_hint="work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts "
-                   "back against y; .view() fails on a non-contiguous y, reductions over `dim` do not.",
+        "back against y; .view() fails on a non-contiguous y, reductions over `dim` do not.",
     )
 
 
@@ -314,19 +335,16 @@ def _sum_matched_from_the_left(grad, shape):
 
 SUM_TO_SHAPE_MISTAKES = {
     "always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast "
-    "(the leading dims b does not have, and its size-1 dims).":
-        lambda grad, shape: grad.sum(0),
+    "(the leading dims b does not have, and its size-1 dims).": lambda grad, shape: grad.sum(0),
     "only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it "
-    "with keepdim=True.":
-        lambda grad, shape: _sum_leading(grad, shape),
-    "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.":
-        lambda grad, shape: grad.sum_to_size(shape) * (math.prod(shape) / grad.numel()),
+    "with keepdim=True.": lambda grad, shape: _sum_leading(grad, shape),
+    "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.": lambda grad, shape: (
+        grad.sum_to_size(shape) * (math.prod(shape) / grad.numel())
+    ),
     "broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims "
-    "of grad are on the left.":
-        lambda grad, shape: _sum_matched_from_the_left(grad, shape),
+    "of grad are on the left.": lambda grad, shape: _sum_matched_from_the_left(grad, shape),
     "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, "
-    "grad is already the answer.":
-        lambda grad, shape: grad.sum(()),
+    "grad is already the answer.": lambda grad, shape: grad.sum(()),
 }
 
 
@@ -341,10 +359,15 @@ def check_sum_to_shape(sum_to_shape) -> None:
     ✓ sum_to_shape matches the reference on 12 inputs
     """
     _check(
-        sum_to_shape, _sum_to_shape_reference, _sum_to_shape_cases(), _sum_to_shape_large(),
-        name="sum_to_shape", what_not="the Jacobian of the broadcast", mistakes=SUM_TO_SHAPE_MISTAKES,
+        sum_to_shape,
+        _sum_to_shape_reference,
+        _sum_to_shape_cases(),
+        _sum_to_shape_large(),
+        name="sum_to_shape",
+        what_not="the Jacobian of the broadcast",
+        mistakes=SUM_TO_SHAPE_MISTAKES,
         error_hint="compare shapes from the right: grad's extra leading dims are summed away, "
-                   "and dims where b has size 1 are summed with keepdim=True.",
+        "and dims where b has size 1 are summed with keepdim=True.",
         refused=[(torch.Tensor, "sum_to_size", "`Tensor.sum_to_size`")],
     )
 
@@ -364,8 +387,11 @@ def _mean_reference(v, x_shape, dim, keepdim):
 
 def _mean_case(x_shape, dim, keepdim, dtype, seed, *, transposed=False) -> Case:
     dims = _dims(dim, len(x_shape))
-    out_shape = [1 if i in dims else s for i, s in enumerate(x_shape)] if keepdim else \
-        [s for i, s in enumerate(x_shape) if i not in dims]
+    out_shape = (
+        [1 if i in dims else s for i, s in enumerate(x_shape)]
+        if keepdim
+        else [s for i, s in enumerate(x_shape) if i not in dims]
+    )
     if transposed:
         v = torch.randn(*reversed(out_shape), generator=seeded(seed), dtype=dtype).mT
     else:
@@ -407,16 +433,18 @@ def _mean_count(x_shape, dim):
 
 MEAN_MISTAKES = {
     "x.mean(dim) divides by the number of elements it averages, and so does its VJP: each input element gets "
-    "v / (the product of the sizes of the reduced dims).":
-        lambda v, x_shape, dim, keepdim: _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)).clone(),
+    "v / (the product of the sizes of the reduced dims).": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)).clone()
+    ),
     "the mean is over the reduced dims only: divide by the product of their sizes, not by the number of "
-    "elements of x.":
-        lambda v, x_shape, dim, keepdim: _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape))
-        / math.prod(x_shape),
+    "elements of x.": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)) / math.prod(x_shape)
+    ),
     "with several dims, the mean averages over all of them at once: divide by the product of their sizes, "
-    "not by the size of one of them.":
-        lambda v, x_shape, dim, keepdim: _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape))
-        / x_shape[(dim if isinstance(dim, int) else dim[0])],
+    "not by the size of one of them.": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape))
+        / x_shape[(dim if isinstance(dim, int) else dim[0])]
+    ),
 }
 
 
@@ -434,11 +462,16 @@ def check_mean_vjp(mean_vjp) -> None:
     ✓ mean_vjp matches the reference on 10 inputs
     """
     _check(
-        mean_vjp, _mean_reference, _mean_cases(), _mean_large(),
-        name="mean_vjp", what_not="the Jacobian of the mean", mistakes=MEAN_MISTAKES,
+        mean_vjp,
+        _mean_reference,
+        _mean_cases(),
+        _mean_large(),
+        name="mean_vjp",
+        what_not="the Jacobian of the mean",
+        mistakes=MEAN_MISTAKES,
         error_hint="with keepdim=False, v has lost the reduced dims: put each back with size 1 (unsqueeze, "
-                   "in increasing order of d % x.dim()); with keepdim=True they are already there. Then "
-                   "expand to x_shape.",
+        "in increasing order of d % x.dim()); with keepdim=True they are already there. Then "
+        "expand to x_shape.",
     )
 
 
@@ -465,15 +498,31 @@ _HVP_FUNCTIONS = [
     ("f(x) = Σ x·sin(x)", lambda x: (x * torch.sin(x)).sum(), [(4,)], torch.float64),
     ("f(x) = logsumexp(x)", lambda x: torch.logsumexp(x, 0), [(6,)], torch.float64),
     ("f(x) = Σ tanh(A x)² (A is 3 × 5)", lambda x: (torch.tanh(_A.to(x.dtype) @ x) ** 2).sum(), [(5,)], torch.float32),
-    ("f(X) = Σ_rows logsumexp(X[r]) + Σ X[:, 0:1] ⊙ X (X is 2 × 3)",
-     lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(), [(2, 3)], torch.float64),
-    ("f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 3-4-1 MLP on 6 examples",
-     _mlp(_X_SMALL, _Y_SMALL), [(3, 4), (4,), (4, 1)], torch.float64),
-    ("f(w, s) = Σ tanh(A w)² + s · c: f is linear in s, so the s-block of H v is zero",
-     lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(), [(5,), (2,)], torch.float64),
+    (
+        "f(X) = Σ_rows logsumexp(X[r]) + Σ X[:, 0:1] ⊙ X (X is 2 × 3)",
+        lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(),
+        [(2, 3)],
+        torch.float64,
+    ),
+    (
+        "f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 3-4-1 MLP on 6 examples",
+        _mlp(_X_SMALL, _Y_SMALL),
+        [(3, 4), (4,), (4, 1)],
+        torch.float64,
+    ),
+    (
+        "f(w, s) = Σ tanh(A w)² + s · c: f is linear in s, so the s-block of H v is zero",
+        lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(),
+        [(5,), (2,)],
+        torch.float64,
+    ),
 ]
-_HVP_LARGE = ("f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 48-40-1 MLP (2,000 parameters)",
-              _mlp(_X_LARGE, _Y_LARGE), [(48, 40), (40,), (40, 1)], torch.float64)
+_HVP_LARGE = (
+    "f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 48-40-1 MLP (2,000 parameters)",
+    _mlp(_X_LARGE, _Y_LARGE),
+    [(48, 40), (40,), (40, 1)],
+    torch.float64,
+)
 
 
 def _hvp_reference(f, params, vs):
@@ -487,8 +536,12 @@ def _two_passes(f, params, vs, *, cross_terms=True, create_graph=True):
     if cross_terms:
         dot = sum((g * v).sum() for g, v in zip(grads, vs))
         return list(torch.autograd.grad(dot, ps, materialize_grads=True))
-    return [torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
-            if g.requires_grad else torch.zeros_like(p) for g, v, p in zip(grads, vs, ps)]
+    return [
+        torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
+        if g.requires_grad
+        else torch.zeros_like(p)
+        for g, v, p in zip(grads, vs, ps)
+    ]
 
 
 def _hvp_case(label, f, shapes, dtype, seed) -> Case:
@@ -513,27 +566,26 @@ def _grads(f, params):
 
 HVP_MISTAKES = {
     "that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters "
-    "a second time.":
-        lambda f, params, vs: _grads(f, params),
+    "a second time.": lambda f, params, vs: _grads(f, params),
     "∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate "
-    "Σᵢ ∇ᵢf · vᵢ with respect to the parameters.":
-        lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
+    "Σᵢ ∇ᵢf · vᵢ with respect to the parameters.": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
     "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, "
-    "Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.":
-        lambda f, params, vs: _two_passes(f, params, vs, cross_terms=False),
+    "Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.": lambda f, params, vs: (
+        _two_passes(f, params, vs, cross_terms=False)
+    ),
 }
 
 _HVP_SHORTCUTS = [entry for entry in _autograd_entry_points() if entry[1] not in ("backward", "grad")]
 
 _HVP_ERRORS = {
     "does not require grad": "the first torch.autograd.grad needs create_graph=True: without it the gradients "
-                             "are plain tensors with no graph, and they cannot be differentiated again.",
+    "are plain tensors with no graph, and they cannot be differentiated again.",
     "appears to not have been used in the graph": "f is linear in one of the parameters, so its gradient does "
-                                                  "not depend on any parameter and the second pass finds no path to it. "
-                                                  "That zero is real here: pass materialize_grads=True (or "
-                                                  "allow_unused=True and put zeros where you get None).",
+    "not depend on any parameter and the second pass finds no path to it. "
+    "That zero is real here: pass materialize_grads=True (or "
+    "allow_unused=True and put zeros where you get None).",
     "backward through the graph a second time": "run the second pass once, on one scalar and all parameters "
-                                                "together, or keep the graph with retain_graph=True between passes.",
+    "together, or keep the graph with retain_graph=True between passes.",
 }
 
 
@@ -544,8 +596,11 @@ def _hvp_failure(error: ExerciseError, mode: _Footprint, used: list[str], label:
             "torch.autograd.grad (or backward): torch.func and torch.autograd.functional do it for you."
         )
     if mode.exceeded:
-        what = (f"created a tensor of {format_bytes(mode.largest)}" if mode.exceeded == "bytes"
-                else f"ran more than {mode.ops:,} tensor ops")
+        what = (
+            f"created a tensor of {format_bytes(mode.largest)}"
+            if mode.exceeded == "bytes"
+            else f"ran more than {mode.ops:,} tensor ops"
+        )
         return ExerciseError(
             f"`hvp` {what} for {label}; two reverse passes take {budget}.\n"
             "Hint: H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
@@ -634,5 +689,10 @@ def _compare_blocks(got, expected, f, params, vs, label) -> None:
                 "linear in that parameter: its block of H v is truly zero, so return zeros "
                 "(materialize_grads=True does that)."
             )
-        compare(block, reference, what=f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})",
-                label=label, mistakes={hint: values[i] for hint, values in wrong.items()})
+        compare(
+            block,
+            reference,
+            what=f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})",
+            label=label,
+            mistakes={hint: values[i] for hint, values in wrong.items()},
+        )
