@@ -336,7 +336,21 @@ def amp_step_loss_outside(model, optimizer, scaler, micro_batches, max_norm):
     optimizer.zero_grad()
 
 
-@pytest.mark.parametrize("answer", [amp_step, amp_step_loss_outside])
+def amp_step_manual_skip(model, optimizer, scaler, micro_batches, max_norm):
+    """No scaler.step: checks the unscaled gradients itself, then lets update() adjust the scale."""
+    for x, y in micro_batches:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x), y)
+        scaler.scale(loss / len(micro_batches)).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if torch.isfinite(norm):
+        optimizer.step()
+    scaler.update()
+    optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("answer", [amp_step, amp_step_loss_outside, amp_step_manual_skip])
 def test_amp_correct_alternatives_pass(answer, capsys):
     check_amp_accumulation_step(answer)
     assert capsys.readouterr().out.startswith("✓ amp_accumulation_step")
@@ -380,11 +394,13 @@ def amp_variant(kind):
             scaler.unscale_(optimizer)
             if kind != "no_clip":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if kind == "update_first":
+            scaler.update()
         if kind == "optimizer_step":
             optimizer.step()
         else:
             scaler.step(optimizer)
-        if kind != "no_update":
+        if kind not in ("no_update", "update_first"):
             scaler.update()
         if kind != "no_zero":
             optimizer.zero_grad()
@@ -398,9 +414,10 @@ WRONG_AMP = {
     "backward unscaled": ("backward_unscaled", "backward ran on the unscaled loss"),
     "never scaled": ("no_scale_at_all", "scaler.scale(loss).backward()"),
     "unscale each micro-batch": ("unscale_each", "unscale once per optimizer step"),
-    "step each micro-batch": ("step_each", "optimizer.step() ran 3 times"),
+    "step each micro-batch": ("step_each", "called scaler.step(optimizer) 3 times"),
     "optimizer.step": ("optimizer_step", "skips the update when unscale_ found inf/NaN"),
     "no update": ("no_update", "call scaler.update() once per optimizer step"),
+    "update before step": ("update_first", "before scaler.step"),
     "no zero_grad": ("no_zero", "end with optimizer.zero_grad"),
     "bf16 instead of fp16": ("bf16", "the exercise names float16"),
     "no autocast": ("no_autocast", "not under fp16 autocast"),

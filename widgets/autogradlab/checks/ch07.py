@@ -680,6 +680,18 @@ def _true_grad_norm(seed: int, input_scale: float) -> float:
     return float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(model.parameters()))])))
 
 
+def _record_calls(scaler, log: list) -> None:
+    """Log the scaler's calls in order (instance attributes shadow the methods for this one object)."""
+    for method in ("scale", "unscale_", "step", "update"):
+        original = getattr(scaler, method)
+
+        def recorded(*args, _original=original, _method=method, **kwargs):
+            log.append(_method)
+            return _original(*args, **kwargs)
+
+        setattr(scaler, method, recorded)
+
+
 def _run_amp(fn, seed, input_scale, overflow, call=None):
     model, optimizer, scaler, micro = _amp_setup(seed, input_scale, overflow)
     calls = []
@@ -690,6 +702,8 @@ def _run_amp(fn, seed, input_scale, overflow, call=None):
         return original(*args, **kwargs)
 
     optimizer.step = counting_step
+    scaler.calls = []
+    _record_calls(scaler, scaler.calls)
     start = _flat_params(model)
     trace = _Trace(model, dtype_of=model[0])
     try:
@@ -714,6 +728,23 @@ def _call_amp(fn, args, label):
             text += ("\nHint: scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
                      "gradients that came from scaler.scale(loss).backward().")
         raise ExerciseError(text) from None
+
+
+def _check_scaler_order(calls: list[str], label: str) -> None:
+    """At most one scaler.step, and one scaler.update after it, per window."""
+    name = "amp_accumulation_step"
+    if calls.count("step") > 1:
+        raise ExerciseError(
+            f"`{name}` called scaler.step(optimizer) {calls.count('step')} times for {label}; expected once.\n"
+            "Hint: one optimizer step per window, after the last micro-batch's backward."
+        )
+    before_step = "step" in calls and "update" in calls and calls.index("update") < calls.index("step")
+    if calls.count("update") != 1 or before_step:
+        raise ExerciseError(
+            f"`{name}` called scaler.update() {calls.count('update')} time(s)" + (", before scaler.step" if before_step else "")
+            + f" for {label}.\nHint: call scaler.update() once per optimizer step, right after scaler.step(optimizer): "
+            "update() resets the scaler for the next step (a scaler.step after it unscales the gradients again)."
+        )
 
 
 def _check_amp_trace(trace: _Trace, label: str) -> None:
@@ -749,13 +780,15 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
     name = "amp_accumulation_step"
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
-        where = "above" if norm > MAX_NORM else "below"
-        label = (f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), max_norm={MAX_NORM} "
-                 f"{where} the gradient norm {norm:.3g}" + (", one micro-batch with an inf input (overflow)" if overflow else ""))
+        clip = f"gradient norm {norm:.3g} > max_norm {MAX_NORM}" if norm > MAX_NORM else \
+            f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
+        label = (f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), "
+                 + ("one micro-batch with an inf input (overflow)" if overflow else clip))
         got, scaler, model, steps, trace, _ = _run_amp(
             amp_accumulation_step, seed, input_scale, overflow, lambda fn, args: _call_amp(fn, args, label))
         _check_amp_trace(trace, label)
         _one_backward_per_micro_batch(trace, name, label, 3, 3)
+        _check_scaler_order(scaler.calls, label)
         if overflow:
             if not torch.isfinite(got).all() or got.abs().max() > 0:
                 raise ExerciseError(
