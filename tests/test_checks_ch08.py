@@ -328,3 +328,17 @@ def test_adam_cases_put_the_bugs_gradient_on_both_sides_of_eps():
             used = ch08._used(grad.double(), scale, max_norm, True).abs()
             assert used.max() > 10 * eps and used.min() < eps / 10, case.label
     assert torch.optim.Optimizer.__init__.__name__ == "__init__"  # the checker restored torch.optim
+
+
+def test_the_functional_adam_is_refused_too():
+    adam = __import__("importlib").import_module("torch.optim.adam").adam
+
+    def functional(grad, scale, max_norm, lr, eps, clip_before_unscale):
+        g = adam_with_real_clip(grad, scale, max_norm, 1.0, 0.0, clip_before_unscale)
+        p = torch.zeros_like(grad)
+        adam([p], [g], [torch.zeros_like(g)], [torch.zeros_like(g)], [], [torch.tensor(0.0)], amsgrad=False,
+             beta1=0.9, beta2=0.999, lr=lr, weight_decay=0.0, eps=eps, maximize=False)
+        return p
+
+    with pytest.raises(ExerciseError, match="by hand"):
+        check_adam_first_update(functional)

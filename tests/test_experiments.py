@@ -320,7 +320,7 @@ def test_every_experiment_is_registered_with_a_table():
 
 def test_cpu_autocast_keeps_softmax_and_sum_in_16_bits_and_losses_in_fp32():
     rows = {r["op"]: r for r in run_autocast("cpu").rows}
-    for op in ("linear", "softmax", "layer_norm", "sum"):
+    for op in ("linear", "conv1d", "softmax", "layer_norm", "sum"):
         assert rows[op]["bf16"] == "torch.bfloat16" and rows[op]["fp16"] == "torch.float16", op
     for op in ("cross_entropy", "mse_loss"):
         assert rows[op]["bf16"] == rows[op]["fp16"] == "torch.float32", op

@@ -8,6 +8,7 @@ Every reference is PyTorch itself: a real ``torch.amp.GradScaler('cpu')``, real
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 from typing import Callable, Iterator
 
@@ -116,7 +117,7 @@ def _scale_helpers() -> list[tuple[object, str]]:
     """GradScaler and the course's own simulation: either would replay the rule for the learner."""
     from autogradlab.models import loss_scale
 
-    return [(torch.amp.GradScaler, "__init__"), (loss_scale, "update_scale")]
+    return [(torch.amp.GradScaler, "__init__"), (torch.amp.GradScaler, "update"), (loss_scale, "update_scale")]
 
 
 def check_loss_scale_after(loss_scale_after) -> None:
@@ -514,7 +515,10 @@ def check_adam_first_update(adam_first_update) -> None:
     cases = _adam_cases()
     message = ("this exercise asks for Adam's first step by hand: a torch.optim optimizer would do it for you. "
                "Write m̂ and v̂ for the first step and simplify.")
-    targets = [(torch.optim.Optimizer, "__init__")]
+    adam_module = importlib.import_module("torch.optim.adam")  # torch.optim hides the submodule's name
+    # the class, and the kernels the functional form looks up at call time (so an `adam` imported earlier is caught too)
+    targets = [(torch.optim.Optimizer, "__init__")] + [
+        (adam_module, f) for f in ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam") if hasattr(adam_module, f)]
 
     def learner(*args):
         with _forbid(targets, message):

@@ -24,6 +24,7 @@ from autogradlab.models.experiments.common import experiment_device, markdown_ta
 # op name -> what it computes from (h, target class indices); h is linear(x, w) under autocast
 OPS = {
     "linear": lambda h, t, x, w: F.linear(x, w),
+    "conv1d": lambda h, t, x, w: F.conv1d(x.T.unsqueeze(0), w.unsqueeze(-1)),  # x as 16 channels of length 8
     "softmax": lambda h, t, x, w: torch.softmax(h, dim=-1),
     "log_softmax": lambda h, t, x, w: F.log_softmax(h, dim=-1),
     "layer_norm": lambda h, t, x, w: F.layer_norm(h, h.shape[-1:]),
