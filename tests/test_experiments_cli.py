@@ -67,7 +67,7 @@ def test_describe_tolerates_missing_fields():
 
 
 def test_recorded_summary_shows_a_gpu_file_with_its_provenance(tmp_path):
-    # the chapter's "recorded GPU results" path, kept alive by a small synthetic file here (never in chapters/data)
+    # the chapter's "recorded GPU results" path, kept alive by a small synthetic file here (never in the package data)
     from autogradlab.models.experiments import recorded_summary, run_autocast, run_inplace
     from autogradlab.models.experiments.common import as_record
 

@@ -80,7 +80,7 @@ def recorded_summary(kind: str = "gpu", folder=None) -> str:
     """
     recorded = latest_recorded(kind, folder)
     if recorded is None:
-        return (f"No {kind.upper()} has run these experiments for the course yet (there is no `chapters/data/{kind}_*.json`): "
+        return (f"No {kind.upper()} has run these experiments for the course yet (the package has no recorded `{kind}_*.json` in `autogradlab/data/`): "
                 "every table and plot in this chapter is measured live on your device.")
     parts = [f"**Recorded on a {kind.upper()}** (`{recorded.path.name}`): {recorded.describe()}"]
     for name, rec in recorded.results.items():
