@@ -65,11 +65,12 @@ compat: $(COMPAT)/.installed
 # HTML manager copied next to the pages, so it renders offline (site/build.py).
 SITE_VENV := .venv-site
 SITE_OUT ?= build/site
-$(SITE_VENV)/.installed: requirements-site.txt site/package.json
+$(SITE_VENV)/.installed: requirements-site.txt site/package.json site/package-lock.json
 	test -x $(SITE_VENV)/bin/python || $(PYTHON) -m venv $(SITE_VENV)
 	$(SITE_VENV)/bin/python -m pip install --quiet -r requirements-site.txt
-	mkdir -p build/site-node && cp site/package.json build/site-node/package.json
-	cd build/site-node && npm install --no-audit --no-fund --loglevel=error
+	@command -v npm >/dev/null || { echo "make site needs npm (Node.js): apt-get install nodejs npm"; exit 1; }
+	mkdir -p build/site-node && cp site/package.json site/package-lock.json build/site-node/
+	cd build/site-node && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 site: $(SITE_VENV)/.installed
 	$(SITE_VENV)/bin/python site/build.py --out $(SITE_OUT)
