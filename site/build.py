@@ -49,9 +49,13 @@ def copy_assets(out: Path) -> None:
     manager = NODE / "@jupyter-widgets" / "html-manager" / "dist"
     require = NODE / "requirejs" / "require.js"
     if not (manager.is_dir() and require.is_file() and mathjax.is_file()):
-        raise SystemExit(f"site: {NODE} lacks MathJax, the widget manager or RequireJS: run `make site` (it runs npm install)")
+        raise SystemExit(
+            f"site: {NODE} lacks MathJax, the widget manager or RequireJS: run `make site` (it runs npm install)"
+        )
     shutil.copy(mathjax, assets / "tex-svg-full.js")
-    shutil.copytree(manager, assets / "html-manager", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.map", "embed.js*"))
+    shutil.copytree(
+        manager, assets / "html-manager", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.map", "embed.js*")
+    )
     shutil.copy(require, assets / "require.js")
 
 
@@ -60,12 +64,16 @@ def chapter_title(nb) -> tuple[str, str, str]:
     source = nb.cells[0].source
     title = source.splitlines()[0].lstrip("# ").strip()
     question = re.search(r"\*\*The question this chapter answers:\*\*\s*\*(.+?)\*", source)
-    minutes = re.search(r"\*Estimated time: about (\d+) minutes\.\*", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    minutes = re.search(
+        r"\*Estimated time: about (\d+) minutes\.\*", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    )
     return title, question.group(1) if question else "", minutes.group(1) if minutes else ""
 
 
 def launch_links(name: str) -> str:
-    links = " · ".join(f'<a class="launch" href="{html.escape(url)}">Open in {k}</a>' for k, url in launch.launch_urls(name).items())
+    links = " · ".join(
+        f'<a class="launch" href="{html.escape(url)}">Open in {k}</a>' for k, url in launch.launch_urls(name).items()
+    )
     return f'<span class="launch-links">{links}</span>'
 
 
@@ -117,7 +125,9 @@ def render_chapter(path: Path, exporter: HTMLExporter, previous: str | None, fol
     if swapped != 1:
         raise SystemExit(f"site: nbconvert's MathJax block not found in {path.name}: its template changed")
     return body.replace("</head>", STYLE + "</head>", 1).replace(
-        re.search(r"<body[^>]*>", body).group(0), re.search(r"<body[^>]*>", body).group(0) + _nav(path.name, previous, following), 1
+        re.search(r"<body[^>]*>", body).group(0),
+        re.search(r"<body[^>]*>", body).group(0) + _nav(path.name, previous, following),
+        1,
     )
 
 

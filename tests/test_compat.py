@@ -27,7 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPAT = ROOT / ".venv-compat"
 PYTHON = COMPAT / "bin" / "python"
 VIEW_TESTS = sorted(
-    {p for pattern in ("test_*view*.py", "test_*lab*.py", "test_*explorer*.py", "test_*inspector*.py") for p in (ROOT / "tests").glob(pattern)}
+    {
+        p
+        for pattern in ("test_*view*.py", "test_*lab*.py", "test_*explorer*.py", "test_*inspector*.py")
+        for p in (ROOT / "tests").glob(pattern)
+    }
     - {ROOT / "tests" / "test_make_lab.py"}  # runs make itself: not a view test
 )
 CHAPTERS = ["00_welcome.ipynb", "03_vjp.ipynb"]  # a live widget each; 03 the VJP explorer, which draws the most
@@ -85,8 +89,20 @@ def test_versions_are_the_lower_bounds_and_the_package_is_the_wheel(outside):
 def test_view_tests_pass_at_the_lower_bounds(outside):
     assert VIEW_TESTS, "no view tests found"
     done = _run(
-        [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", *map(str, VIEW_TESTS)],
-        ROOT, _env(outside), 540,
+        [
+            str(PYTHON),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore::DeprecationWarning",
+            *map(str, VIEW_TESTS),
+        ],
+        ROOT,
+        _env(outside),
+        540,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
@@ -137,4 +153,3 @@ def test_the_installed_package_finds_recorded_results(outside):
     done = _run([str(PYTHON), "-c", script], outside, _env(outside), 120)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) >= 1, "no recorded results found by the installed package"
-

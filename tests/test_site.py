@@ -14,6 +14,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -26,8 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
@@ -54,8 +61,14 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"site test skipped:
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([str(SITE_PYTHON), "site/build.py", "--out", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(SITE_PYTHON), "site/build.py", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -81,7 +94,10 @@ def browser(tmp_path_factory):
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, viewport={"width": 1300, "height": 900},
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1300, "height": 900},
         )
         yield context
         context.close()
@@ -94,8 +110,9 @@ def test_site_has_an_index_and_a_page_per_chapter(site):
     for path in CHAPTERS:
         assert f'href="{path.stem}.html"' in index
         assert "mybinder.org" in index and "colab.research.google.com" in index
-    assert "cdn" not in (site / f"{CHAPTERS[0].stem}.html").read_text().split("<body", 1)[0].lower().replace(
-        "cdnjs.cloudflare.com/ajax/libs/mermaid", ""  # loaded only for a mermaid diagram, which the course has none of
+    page = (site / f"{CHAPTERS[0].stem}.html").read_text()
+    assert not re.search(r"""<(script|link)[^>]+(src|href)=["']https?://""", page), (
+        "a page loads a script or style from the web"
     )
 
 
@@ -162,7 +179,8 @@ def test_page_renders_offline(browser, server, page):
         if expected["widgets"]:
             tab.wait_for_function(
                 "n => document.querySelectorAll('.jupyter-widgets.jp-OutputArea-output .lm-Widget').length >= n",
-                arg=expected["widgets"], timeout=30_000,
+                arg=expected["widgets"],
+                timeout=30_000,
             )
         if expected["math"]:
             assert tab.evaluate(WAIT_FOR_MATHJAX), "MathJax did not load"
@@ -171,7 +189,9 @@ def test_page_renders_offline(browser, server, page):
         shots.mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(shots / f"{page}.png"))
         if expected["widgets"]:  # the first widget, as drawn from its saved state
-            tab.locator(".jupyter-widgets.jp-OutputArea-output").first.screenshot(path=str(shots / f"{page}-widget.png"))
+            tab.locator(".jupyter-widgets.jp-OutputArea-output").first.screenshot(
+                path=str(shots / f"{page}-widget.png")
+            )
     finally:
         tab.close()
     assert not outside, f"{page}: requests that left the machine: {outside}"
@@ -180,7 +200,9 @@ def test_page_renders_offline(browser, server, page):
     empty = [w for w in found["widgets"] if not w["drawn"] or w["height"] < 20 or w["width"] < 20]
     assert not empty, f"{page}: empty widget areas: {empty}"
     assert not found["error_text"], f"{page}: 'Error displaying widget'"
-    assert found["figures"] >= expected["figures"], f"{page}: {found['figures']} figures drawn, the notebook saved {expected['figures']}"
+    assert found["figures"] >= expected["figures"], (
+        f"{page}: {found['figures']} figures drawn, the notebook saved {expected['figures']}"
+    )
     assert not found["broken_images"], f"{page}: images that did not load: {found['broken_images']}"
     if expected["math"]:
         assert found["math"] > 0, f"{page}: no MathJax output"

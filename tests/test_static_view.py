@@ -50,7 +50,13 @@ def test_each_kind_of_child_is_drawn(child, expected):
 
 def test_output_widget_contents_are_drawn():
     out = w.Output()
-    out.outputs = ({"output_type": "display_data", "data": {"image/svg+xml": "<svg id='o'></svg>", "text/plain": "x"}, "metadata": {}},)
+    out.outputs = (
+        {
+            "output_type": "display_data",
+            "data": {"image/svg+xml": "<svg id='o'></svg>", "text/plain": "x"},
+            "metadata": {},
+        },
+    )
     assert "<svg id='o'></svg>" in static_html(out)
     out.outputs = ({"output_type": "stream", "name": "stdout", "text": "a<b"},)
     assert "<pre>a&lt;b</pre>" in static_html(out)
