@@ -51,7 +51,7 @@ $(GRADER)/.installed: requirements-grader.txt $(VENV)/.installed-runtime
 # get), with the package installed as a built wheel, not editable (tests/test_compat.py uses it).
 # The wheel is built from a copy of widgets/ so setuptools leaves no build/ inside the checkout.
 COMPAT := .venv-compat
-PACKAGE_FILES := widgets/pyproject.toml $(shell find widgets/autogradlab -name '*.py' 2>/dev/null)
+PACKAGE_FILES := widgets/pyproject.toml $(shell find widgets/autogradlab -name '*.py' -o -path '*/data/*' -type f 2>/dev/null)
 $(COMPAT)/.installed: requirements-compat.txt $(PACKAGE_FILES)
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install --quiet -r requirements-compat.txt

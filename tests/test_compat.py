@@ -6,9 +6,9 @@ and tqdm that widgets/pyproject.toml allows, and autogradlab from a BUILT WHEEL,
 These tests run inside it:
 
 - the view tests, by path, with that venv's python;
-- one chapter, copied alone into an empty folder outside the checkout and executed with nbclient:
+- two chapters, each copied alone into an empty folder outside the checkout and executed with nbclient:
   only the exercise cells (tagged raises-exception) may raise;
-- the recorded results (chapters/data) found by the installed package.
+- the recorded results (autogradlab/data/, package data) shipped in the wheel and found by it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ VIEW_TESTS = sorted(
     }
     - {ROOT / "tests" / "test_make_lab.py"}  # runs make itself: not a view test
 )
-CHAPTERS = ["00_welcome.ipynb", "03_vjp.ipynb"]  # a live widget each; 03 the VJP explorer, which draws the most
+CHAPTERS = ["00_welcome.ipynb", "08_mixed_precision.ipynb"]  # a live widget; the chapter that reads recorded results
 
 pytestmark = pytest.mark.skipif(
     not (COMPAT / ".installed").is_file(), reason=".venv-compat is missing: run `make compat` (make test builds it)"
@@ -143,13 +144,20 @@ def test_a_chapter_runs_alone_in_an_empty_folder(outside, chapter):
     assert COMPAT.resolve() in Path(module).resolve().parents  # ... on the installed wheel
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chapters/data is read relative to the checkout (models/experiments/recorded.py); "
-    "it passes once the recorded results ship as package data read with importlib.resources",
-)
-def test_the_installed_package_finds_recorded_results(outside):
-    script = "from autogradlab.models.experiments.recorded import recorded_files; print(len(recorded_files('cpu')))"
+def test_the_wheel_ships_the_recorded_results_and_the_package_finds_them(outside):
+    """Recorded results are package data (autogradlab/data/): in the wheel, and found from outside a checkout."""
+    wheels = sorted((ROOT / "build" / "compat-wheel").glob("autogradlab-*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        shipped = {name for name in wheel.namelist() if name.startswith("autogradlab/data/")}
+    expected = {f"autogradlab/data/{p.name}" for p in (ROOT / "widgets" / "autogradlab" / "data").glob("*.json")}
+    assert "autogradlab/data/README.md" in shipped and expected <= shipped, (expected, shipped)
+    script = textwrap.dedent("""
+        from autogradlab.models.experiments.recorded import data_dir, recorded_files
+        print(data_dir()); print(len(recorded_files("gpu")) + len(recorded_files("cpu")))
+    """)
     done = _run([str(PYTHON), "-c", script], outside, _env(outside), 120)
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split()[-1]) >= 1, "no recorded results found by the installed package"
+    folder, count = done.stdout.split()[-2:]
+    assert COMPAT.resolve() in Path(folder).resolve().parents and (Path(folder) / "README.md").is_file(), folder
+    assert int(count) == len(expected)
