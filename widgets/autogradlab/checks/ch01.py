@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
+from autogradlab import torch_internals as internals
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded
-from autogradlab.graph import capture
 
 # --- Exercise 1: which parameters get a gradient? -------------------------------------------
 
@@ -284,7 +284,7 @@ class _Engine:
         return getattr(_REAL_ENGINE, name)
 
 
-_REAL_ENGINE = torch.autograd.variable.Variable._execution_engine
+_REAL_ENGINE = internals.execution_engine()
 
 
 @contextlib.contextmanager
@@ -303,8 +303,6 @@ def engine_off() -> Iterator[list[str]]:
     >>> used
     ['`backward()`']
     """
-    import torch.autograd.graph as graph_module
-
     used: list[str] = []
 
     def refuse(what):
@@ -317,10 +315,10 @@ def engine_off() -> Iterator[list[str]]:
     patches = [
         (torch.autograd, "backward", refuse("`backward()`")),
         (torch.autograd, "grad", refuse("`torch.autograd.grad`")),
-        (torch.autograd, "_engine_run_backward", refuse("the autograd engine")),
-        (graph_module, "_engine_run_backward", refuse("the autograd engine")),
-        (torch.autograd.variable.Variable, "_execution_engine", _Engine(used)),
     ]
+    for owner, attr in internals.engine_patch_points():
+        engine = owner is torch.autograd.variable.Variable  # the C++ engine object; the others are functions
+        patches.append((owner, attr, _Engine(used) if engine else refuse("the autograd engine")))
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches if hasattr(owner, attr)]
     try:
         for owner, attr, replacement in patches:
@@ -462,7 +460,7 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
     grads = {output.grad_fn: [torch.ones_like(output)]}
     with torch.no_grad():
         for node in _ready_order(output, order):
-            slots = grads.pop(node, None) or [None] * len(node._input_metadata)
+            slots = grads.pop(node, None) or [None] * len(internals.input_metadata(node))
             if hasattr(node, "variable"):
                 leaf, g = node.variable, slots[0]
                 if g is not None:
@@ -473,8 +471,8 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
             for (child, nr), g in zip(node.next_functions, results):
                 if child is None or g is None:
                     continue
-                g = g.sum_to_size(child._input_metadata[nr].shape)  # undo a broadcast, as the engine does
-                box = grads.setdefault(child, [None] * len(child._input_metadata))
+                g = g.sum_to_size(internals.input_metadata(child)[nr].shape)  # undo a broadcast, as the engine does
+                box = grads.setdefault(child, [None] * len(internals.input_metadata(child)))
                 box[nr] = g if box[nr] is None or not sum_ else box[nr] + g
 
 

@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from autogradlab.checks.core import (
     Case,
@@ -39,6 +37,7 @@ from autogradlab.checks.core import (
     passed,
     seeded,
 )
+from autogradlab.torch_internals import TorchDispatchMode, tree_leaves
 from autogradlab.units import format_bytes
 
 # --------------------------------------------------------------------------- shared parts

@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
+from autogradlab.torch_internals import TorchDispatchMode, version
 
 # --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
 
@@ -268,12 +268,12 @@ def check_inplace_chain(chain_inplace) -> None:
         label = f"h of shape {shape}"
         x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
         h = x * 1
-        h_before, h_version = h.detach().clone(), h._version
+        h_before, h_version = h.detach().clone(), version(h)
         with _OpTrace() as trace:
             out = call_learner(chain_inplace, (h,), "chain_inplace", label)
         if not isinstance(out, torch.Tensor):
             raise ExerciseError(f"`chain_inplace` should return the final tensor, got {type(out).__name__}.")
-        if h._version != h_version or not torch.equal(h.detach(), h_before):
+        if version(h) != h_version or not torch.equal(h.detach(), h_before):
             raise ExerciseError(
                 f"`chain_inplace` changed its argument h in place for {label}; the caller may still need it.\n"
                 "Hint: start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves "
@@ -373,12 +373,12 @@ def check_ema(init_ema, ema_update_) -> None:
         optimizer.step()
         objects = {name: ema[name] for name in names}
         before = {name: ema[name].detach().clone() for name in names}
-        versions = {name: ema[name]._version for name in names}
-        param_versions = {name: p._version for name, p in model.named_parameters()}
+        versions = {name: version(ema[name]) for name in names}
+        param_versions = {name: version(p) for name, p in model.named_parameters()}
         params_before = {name: p.detach().clone() for name, p in model.named_parameters()}
         result = call_learner(ema_update_, (ema, model, decay), "ema_update_", label)
         for name, p in model.named_parameters():
-            if not torch.equal(p.detach(), params_before[name]) or p._version != param_versions[name]:
+            if not torch.equal(p.detach(), params_before[name]) or version(p) != param_versions[name]:
                 raise ExerciseError(f"`ema_update_` changed the model's parameter {name}; only the average "
                                     "should change.")
             expected = decay * before[name] + (1 - decay) * params_before[name]
@@ -393,7 +393,7 @@ def check_ema(init_ema, ema_update_) -> None:
                         if torch.allclose(e.detach(), swapped) else
                         "new = decay · ema + (1 − decay) · param, for every parameter.")
                 raise ExerciseError(f"`ema_update_` computed wrong values for {name} ({label}).\nHint: {hint}")
-            if e._version == versions[name]:
+            if version(e) == versions[name]:
                 raise ExerciseError(
                     f"ema[{name!r}] changed but its version counter did not move.\nHint: a change through "
                     "`.data` is invisible to autograd: a graph that used the average would silently see new "

@@ -23,11 +23,12 @@ mistake it is.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded, tolerance
+from autogradlab.torch_internals import TorchFunctionMode
 
 Grads = Callable[..., tuple]  # (*inputs, v) -> one gradient (or None) per input
 
@@ -134,7 +135,7 @@ def _matches(got: tuple, wrong: tuple, dtype: torch.dtype) -> bool:
     )
 
 
-class _CallRecorder(torch.overrides.TorchFunctionMode):
+class _CallRecorder(TorchFunctionMode):
     """Records the name of every torch function called inside it (e.g. ``softplus``)."""
 
     def __init__(self):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
 from autogradlab.models import train_state
 from autogradlab.models.train_state import Snapshot, module_mode, snapshot
+from autogradlab.torch_internals import version
 
 
 class _HelperUsed(RuntimeError):
@@ -111,10 +112,10 @@ def _run_steps(step_fn: Callable, seed: int, max_norm: float, call=None) -> list
         for i, batch in enumerate(batches):
             model.eval()
             loss_fn(model(vx), vy).backward()
-            kept = [(t.clone(), t._version, t.requires_grad) for t in batch]
+            kept = [(t.clone(), version(t), t.requires_grad) for t in batch]
             args = (model, batch, optimizer, loss_fn, max_norm)
             returned = call(step_fn, args, i) if call else step_fn(*args)
-            changed = any(not torch.equal(t, c) or t._version != v or t.requires_grad != r
+            changed = any(not torch.equal(t, c) or version(t) != v or t.requires_grad != r
                           for t, (c, v, r) in zip(batch, kept))
             records.append(_StepRecord(returned, snapshot(model, optimizer), changed))
     return records

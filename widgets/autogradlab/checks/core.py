@@ -22,10 +22,13 @@ import math
 import os
 import sys
 import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
+
+from autogradlab import torch_internals as internals
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # torch's own frames (e.g. inside torch.autograd.grad) are never the learner's line.
@@ -100,13 +103,13 @@ def _autograd_entry_points() -> tuple:
     ``torch.autograd.functional`` would silently return zeros under inference mode.
     """
     import torch.autograd.functional as functional
-    from torch._functorch import eager_transforms
 
+    transforms, (grad_nesting, jvp_nesting) = internals.functorch_transform_entry_points()
     return (
         (torch.autograd, "backward", "`backward()`"),
         (torch.autograd, "grad", "`torch.autograd.grad`"),
-        (eager_transforms, "grad_increment_nesting", "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
-        (eager_transforms, "jvp_increment_nesting", "a `torch.func` forward-mode transform (jvp, jacfwd)"),
+        (transforms, grad_nesting, "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
+        (transforms, jvp_nesting, "a `torch.func` forward-mode transform (jvp, jacfwd)"),
         *((functional, f, f"`torch.autograd.functional.{f}`") for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
     )
 

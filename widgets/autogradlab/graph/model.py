@@ -6,9 +6,9 @@ never keeps the activations of the forward pass alive.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator
 
 import torch
 

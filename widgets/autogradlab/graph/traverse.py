@@ -9,10 +9,12 @@ program always gives the same ids, unlike ``id()``.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 
+from autogradlab import torch_internals as internals
 from autogradlab.graph.model import Edge, Graph, Node, Saved, format_shape
 from autogradlab.graph.nogc import paused_gc
 from autogradlab.graph.saved import saved_of
@@ -112,7 +114,7 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
                 consumers[index[child]] += 1
     for t in outputs:
         consumers[index[t.grad_fn]] += 1
-    seq = [fn._sequence_nr() for fn in found]
+    seq = [internals.sequence_nr(fn) for fn in found]
     ready: list[tuple[int, int]] = []
     for t in outputs:
         root = index[t.grad_fn]
@@ -252,7 +254,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
         nodes.append(Node(k, label, "output", tuple(t.shape), t.dtype, output_shapes=[tuple(t.shape)]))
     output_shapes: list[list[tuple]] = []
     for i, fn in enumerate(fns):
-        meta = fn._input_metadata
+        meta = internals.input_metadata(fn)
         shapes = [tuple(m.shape) for m in meta]
         output_shapes.append(shapes)
         name = node_name(fn)
@@ -278,7 +280,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
 
     # Forward order: rank of the sequence number among ops (leaves have none).
     ops = [i for i in range(len(fns)) if i not in leaf_vars]
-    for rank, i in enumerate(sorted(ops, key=lambda i: fns[i]._sequence_nr())):
+    for rank, i in enumerate(sorted(ops, key=lambda i: internals.sequence_nr(fns[i]))):
         nodes[n_out + i].forward_index = rank
     return Graph(nodes, edges)
 
@@ -293,6 +295,6 @@ def _to_saved(raw, storages: _Storages) -> Saved:
     return Saved(
         raw.name, tuple(tensor.shape), tensor.dtype, nbytes, raw.state,
         storage=number, storage_nbytes=storage_nbytes, leaf_name=leaf_name,
-        version_saved=raw.version_saved if raw.version_saved is not None else tensor._version,
-        version_now=tensor._version, modified_by=raw.modified_by, note=note,
+        version_saved=raw.version_saved if raw.version_saved is not None else internals.version(tensor),
+        version_now=internals.version(tensor), modified_by=raw.modified_by, note=note,
     )
