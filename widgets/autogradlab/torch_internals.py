@@ -59,8 +59,8 @@ def saved_names(fn: Any) -> tuple[str, ...]:
 def raw_saved(fn: Any, name: str) -> Any:
     """``fn``'s saved ``name`` as a ``SavedTensor`` (or a list of them), without unpacking it.
 
-    Reading it never raises: it is how we reach a saved tensor that backward freed or
-    that changed in place (unpacking raises in both cases).
+    It is how we reach a saved tensor that changed in place or that backward freed
+    (unpacking raises in both cases); only a *list* of saved tensors raises once freed.
     """
     return getattr(fn, RAW_SAVED_PREFIX + name)
 

@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 
 import torch
 
 from autogradlab import torch_internals as internals
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded
+from autogradlab.tracebacks import hint_for, is_kind
 
 # --- Exercise 1: which parameters get a gradient? -------------------------------------------
 
@@ -84,7 +84,8 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
             got = call_learner(params_that_get_grad, (mode, steps), "params_that_get_grad", label, no_autograd=True)
         except ExerciseError as error:
             text = str(error)
-            if any(sign in text for sign in ("used autograd", "no grad_fn", "does not require grad")):
+            # our own words (by_hand, capture) or torch's for a backward without a graph
+            if any(sign in text for sign in ("used autograd", "no grad_fn")) or is_kind(text, "no_graph"):
                 where = text[text.index("\n  in your code:"):] if "\n  in your code:" in text else ""
                 raise ExerciseError(
                     f"`params_that_get_grad` ran the forward pass and asked autograd for {label}.\n"
@@ -574,24 +575,24 @@ def check_reverse_sweep(reverse_sweep) -> None:
 def _sweep_error_hint(message: str, used: list[str], label: str) -> str:
     if used:
         return _engine_hint(used, label)
-    if "NoneType" in message:
-        return (f"{message}\nHint: next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
-                "and a node returns None for it: skip those entries.")
-    if "recursion" in message.lower():
-        return (f"{message}\nHint: a recursive walk fails on deep graphs (real models have thousands of nodes): "
-                "use a loop with an explicit stack or queue.")
-    if re.search(r"expected \d+ arguments?, got \d+", message):
-        return (f"{message}\nHint: a node takes one gradient per output of its forward op, in output order "
-                "(`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge "
-                "comes from). Pass None for an output that received no gradient.")
-    if "to a tensor of size" in message or "match the broadcast shape" in message:
-        return (f"{message}\nHint: a node can return a gradient in the broadcast shape of its forward input (nn.Linear's "
-                "bias is added to every row). The engine sums it down to the shape the next node expects, "
-                "`child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.")
-    if "'tuple' object" in message or "not iterable" in message:
-        return (f"{message}\nHint: a node with one input returns a single tensor, one with several returns a tuple "
-                "(AccumulateGrad returns ()): normalise before zipping with next_functions.")
-    return message
+    hint = hint_for(message, _SWEEP_ERROR_HINTS)
+    return f"{message}\nHint: {hint}" if hint else message
+
+
+_SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
+    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
+    "and a node returns None for it: skip those entries.",
+    "recursion": "a recursive walk fails on deep graphs (real models have thousands of nodes): "
+    "use a loop with an explicit stack or queue.",
+    "node_arity": "a node takes one gradient per output of its forward op, in output order "
+    "(`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge "
+    "comes from). Pass None for an output that received no gradient.",
+    "grad_shape": "a node can return a gradient in the broadcast shape of its forward input (nn.Linear's "
+    "bias is added to every row). The engine sums it down to the shape the next node expects, "
+    "`child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.",
+    "not_iterable": "a node with one input returns a single tensor, one with several returns a tuple "
+    "(AccumulateGrad returns ()): normalise before zipping with next_functions.",
+}
 
 
 def _engine_hint(used: list[str], label: str) -> str:

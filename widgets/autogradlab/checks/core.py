@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +27,7 @@ from typing import Any
 import torch
 
 from autogradlab import torch_internals as internals
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# torch's own frames (e.g. inside torch.autograd.grad) are never the learner's line.
-_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)),)
+from autogradlab.tracebacks import is_kind, learner_frame
 
 
 class ExerciseError(Exception):
@@ -80,15 +75,9 @@ def passed(message: str) -> None:
 
 
 def _learner_line(exc: BaseException) -> str:
-    """The last line of the learner's code (outside this package and installed libraries) in the traceback."""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(_PACKAGE_DIR) and not f.filename.startswith(_LIBRARY_DIRS)
-    ]
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f"\n  in your code: {last.line}  (line {last.lineno})" if last.line else ""
+    """The last line of the learner's code (outside this package, torch, Python and installed libraries)."""
+    last = learner_frame(exc)
+    return f"\n  in your code: {last.line}  (line {last.lineno})" if last is not None and last.line else ""
 
 
 class _AutogradUsed(RuntimeError):
@@ -183,7 +172,7 @@ def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_auto
                 try:
                     result = fn(*args)
                 except RuntimeError as exc:  # autograd reached through a name imported earlier
-                    if "does not require grad" in str(exc):
+                    if is_kind(exc, "no_graph"):
                         raise _AutogradUsed("autograd (a graph cannot be recorded here)") from exc
                     raise
             result = _out_of_inference(result)

@@ -17,9 +17,7 @@ from typing import Any
 import torch
 
 from autogradlab import torch_internals as internals
-
-_VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
-_FREED_TEXT = "backward through the graph a second time"
+from autogradlab.tracebacks import is_kind, stale_versions
 
 
 @dataclass
@@ -58,14 +56,13 @@ def _one(name: str, saved: Any, fn: Any = None) -> RawSaved | None:
         # list entries are unpacked one by one so one stale entry does not hide the others.
         unpacked = internals.unpack_saved(fn, name) if fn is not None else internals.unpack_raw(saved)
     except RuntimeError as exc:
-        text = str(exc)
-        if _FREED_TEXT in text:
+        if is_kind(exc, "freed"):
             return RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)")
-        versions = _VERSIONS.search(text)
+        versions = stale_versions(exc)
         if versions is None:
             raise
         data = internals.saved_data(saved)  # the tensor as it is now, without the version check
-        now, then = int(versions.group(1)), int(versions.group(2))
+        now, then = versions
         op = None
         if isinstance(data, torch.Tensor) and data.grad_fn is not None:
             op = inplace_op_name(data.grad_fn.name().removeprefix("torch::autograd::"))
@@ -81,7 +78,13 @@ def saved_of(fn: Any) -> list[RawSaved]:
     """The saved tensors of one backward node ``fn``, in attribute order."""
     result: list[RawSaved] = []
     for name in internals.saved_names(fn):
-        raw = internals.raw_saved(fn, name)
+        try:
+            raw = internals.raw_saved(fn, name)
+        except RuntimeError as exc:  # a list of saved tensors (indexing's indices) is gone once freed
+            if not is_kind(exc, "freed"):
+                raise
+            result.append(RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)"))
+            continue
         if isinstance(raw, (list, tuple)):
             result.extend(r for i, item in enumerate(raw) if (r := _one(f"{name}[{i}]", item)) is not None)
         elif (r := _one(name, raw, fn)) is not None:
@@ -97,7 +100,7 @@ def _custom_saved(fn: Any) -> list[RawSaved]:
     try:
         raw = internals.custom_raw_saved(fn)
     except RuntimeError as exc:
-        if _FREED_TEXT not in str(exc):
+        if not is_kind(exc, "freed"):
             raise
         # After backward PyTorch no longer says how many there were.
         result.append(RawSaved("saved_tensors", None, "freed", note="freed by backward (all that it saved)"))
@@ -118,7 +121,7 @@ def _custom_items(fn: Any, raw: Any) -> list[RawSaved]:
         _ = fn.saved_tensors  # raises as backward would when one is stale
         problem = None
     except RuntimeError as exc:
-        problem = _VERSIONS.search(str(exc))
+        problem = stale_versions(exc)
         if problem is None:
             raise
     items = []
@@ -130,9 +133,8 @@ def _custom_items(fn: Any, raw: Any) -> list[RawSaved]:
         if internals.saved_unpack_hook(item) is not None or not isinstance(data, torch.Tensor):
             items.append(_one(name, item))
             continue
-        now = int(problem.group(1)) if problem else None
+        now, then = problem or (None, None)
         if problem and internals.version(data) == now:
-            then = int(problem.group(2))
             note = f"STALE: changed in place after it was saved (version {then} → {now}); backward will raise"
             items.append(RawSaved(name, data, "stale", then, now, None, note))
         else:

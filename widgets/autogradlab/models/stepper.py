@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import ast
 import inspect
-import os
 import textwrap
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
+
+from autogradlab.tracebacks import learner_frames
 
 _RETURN = "__stepper_return__"
 
@@ -144,17 +146,10 @@ class Stepper:
         return results
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _is_library(filename: str) -> bool:
-    return filename.startswith(_PACKAGE_DIR) or any(part in filename for part in (f"{os.sep}torch{os.sep}", "site-packages", f"{os.sep}lib{os.sep}python"))
-
-
 def _explain(exc: BaseException, line: Line, name: str) -> str:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     # The deepest frame in the learner's own helpers (not torch's internals) says most.
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library(f.filename)]
+    frames = learner_frames(traceback.extract_tb(exc.__traceback__))
     where = ""
     if frames and frames[-1].filename != f"<{name}>" and frames[-1].line:
         where = f" (inside the call, at: {frames[-1].line.strip()})"
