@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
 from autogradlab.models import train_state
@@ -79,7 +80,7 @@ def _differences(got: Snapshot, expected: Snapshot) -> list[str]:
 
 
 def _flat_params(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return parameters_to_vector(model.parameters()).detach()
 
 
 # --------------------------------------------------------------------------- exercise 1: a step that reports
@@ -157,7 +158,7 @@ def _variant(kind: str) -> Callable:
         loss.backward()
         if kind == "zero_after":
             optimizer.zero_grad(set_to_none=True)
-        norm = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None] or [torch.zeros(1)]).norm()
+        norm = parameters_to_vector([p.grad for p in params if p.grad is not None] or [torch.zeros(1)]).norm()
         if kind == "always_scale":
             for p in params:
                 p.grad.mul_(max_norm / (norm + 1e-6))
@@ -277,11 +278,11 @@ def _ratio_variants(seed: int, max_norm: float, step: int) -> dict[str, float]:
             _reference_step(model, batches[i], optimizer, loss_fn, max_norm)
         after = [p.detach() for p in model.parameters()]
     per = [float((a - b).norm() / b.norm()) for a, b in zip(after, before)]
-    delta = torch.cat([(a - b).reshape(-1) for a, b in zip(after, before)]).norm()
+    delta = (parameters_to_vector(after) - parameters_to_vector(before)).norm()
     return {
         "that is the mean of the per-parameter ratios: take one norm over all parameters as one vector.": sum(per) / len(per),
         "divide by ‖θ_before‖, the parameters before the step, not after it.":
-            float(delta / torch.cat([a.reshape(-1) for a in after]).norm()),
+            float(delta / parameters_to_vector(after).norm()),
     }
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autogradlab.tracebacks import learner_frames
+from autogradlab.tracebacks import learner_frame
 
 _RETURN = "__stepper_return__"
 
@@ -149,8 +148,8 @@ class Stepper:
 def _explain(exc: BaseException, line: Line, name: str) -> str:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     # The deepest frame in the learner's own helpers (not torch's internals) says most.
-    frames = learner_frames(traceback.extract_tb(exc.__traceback__))
+    last = learner_frame(exc)
     where = ""
-    if frames and frames[-1].filename != f"<{name}>" and frames[-1].line:
-        where = f" (inside the call, at: {frames[-1].line.strip()})"
+    if last is not None and last.filename != f"<{name}>" and last.line:
+        where = f" (inside the call, at: {last.line.strip()})"
     return f"line {line.lineno} of {name}, `{line.source.splitlines()[0]}`, raised {type(exc).__name__}: {message}{where}"
