@@ -46,3 +46,10 @@ def test_readme_badges_open_chapter_00_at_the_release_tag(repo_root):
     match = re.search(r"https://mybinder\.org/v2/gh/[^)\s]+", readme)
     assert match and "urlpath=lab%2Ftree%2Fchapters%2F00_welcome.ipynb" in match.group(0)
     assert "/HEAD?" not in readme, "Binder must build a tag, not a moving HEAD that rebuilds on every commit"
+
+
+def test_the_package_ships_the_repository_licence(repo_root):
+    """widgets/ is built on its own (pip, Colab): it carries a copy of the MIT licence, kept identical."""
+    assert (repo_root / "widgets" / "LICENSE").read_text() == (repo_root / "LICENSE").read_text()
+    assert "MIT License" in (repo_root / "LICENSE").read_text()
+    assert "CC BY-SA 4.0" in (repo_root / "LICENSE-TEXT.md").read_text()
