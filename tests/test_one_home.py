@@ -29,8 +29,11 @@ def _tokens(source: str) -> list[tokenize.TokenInfo]:
 def attribute_reads(source: str, names: set[str]) -> list[str]:
     """``line: .name`` for each ``x.name`` in the code (not in docstrings, comments or strings)."""
     tokens = _tokens(source)
-    return [f"{t.start[0]}: .{t.string}" for i, t in enumerate(tokens)
-            if t.type == tokenize.NAME and t.string in names and i and tokens[i - 1].string == "."]
+    return [
+        f"{t.start[0]}: .{t.string}"
+        for i, t in enumerate(tokens)
+        if t.type == tokenize.NAME and t.string in names and i and tokens[i - 1].string == "."
+    ]
 
 
 def error_text_tests(source: str) -> list[str]:
@@ -76,8 +79,13 @@ CONCEPTS = {
         flatteners,
         set(),
         {
-            "checks/ch07.py", "checks/ch08.py", "models/loss_scale.py", "models/ddp_demo.py",
-            "models/token_accumulation.py", "models/experiments/clip.py", "models/experiments/accumulation_rounding.py",
+            "checks/ch07.py",
+            "checks/ch08.py",
+            "models/loss_scale.py",
+            "models/ddp_demo.py",
+            "models/token_accumulation.py",
+            "models/experiments/clip.py",
+            "models/experiments/accumulation_rounding.py",
             "models/experiments/underflow.py",
         },
     ),

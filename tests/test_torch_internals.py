@@ -230,8 +230,14 @@ def test_private_state_dict_keys():
 
 
 PRIVATE_ATTRIBUTES = {
-    "_version", "_sequence_nr", "_input_metadata", "_raw_saved_tensors", "_execution_engine",
-    "_engine_run_backward", "_growth_tracker", "_last_lr",
+    "_version",
+    "_sequence_nr",
+    "_input_metadata",
+    "_raw_saved_tensors",
+    "_execution_engine",
+    "_engine_run_backward",
+    "_growth_tracker",
+    "_last_lr",
 }
 PRIVATE_PREFIXES = ("_saved_", "_raw_saved_")
 
@@ -267,7 +273,9 @@ def private_reads(path: Path) -> list[str]:
         if tok.type == tokenize.NAME and prev == ".":
             if tok.string in PRIVATE_ATTRIBUTES or tok.string.startswith(PRIVATE_PREFIXES):
                 found.append(f"{tok.start[0]}: .{tok.string}")
-            elif tok.string.startswith("_") and not tok.string.startswith("__") and _chain_head(tokens, i) in TORCH_ROOTS:
+            elif (
+                tok.string.startswith("_") and not tok.string.startswith("__") and _chain_head(tokens, i) in TORCH_ROOTS
+            ):
                 found.append(f"{tok.start[0]}: {_chain_head(tokens, i)}....{tok.string}")
         elif tok.type == tokenize.STRING:
             text = tok.string.strip("\"'")

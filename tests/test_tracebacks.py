@@ -141,9 +141,17 @@ def _recursion():
 
 
 RAISERS = {
-    "freed": _freed, "stale": _stale, "no_graph": _no_graph, "unused": _unused, "ambiguous_bool": _ambiguous,
-    "size_mismatch": _size_mismatch, "grad_shape": _grad_shape, "node_arity": _node_arity, "none_value": _none_value,
-    "not_iterable": _not_iterable, "recursion": _recursion,
+    "freed": _freed,
+    "stale": _stale,
+    "no_graph": _no_graph,
+    "unused": _unused,
+    "ambiguous_bool": _ambiguous,
+    "size_mismatch": _size_mismatch,
+    "grad_shape": _grad_shape,
+    "node_arity": _node_arity,
+    "none_value": _none_value,
+    "not_iterable": _not_iterable,
+    "recursion": _recursion,
 }
 
 

@@ -24,10 +24,26 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401 - re-ex
 from torch.utils._pytree import tree_leaves  # noqa: F401 - re-exported
 
 __all__ = [
-    "RAW_SAVED_PREFIX", "UNPACKED_SAVED_PREFIX", "saved_names", "raw_saved", "unpack_saved", "custom_raw_saved",
-    "saved_data", "saved_unpack_hook", "unpack_raw", "version", "sequence_nr", "input_metadata",
-    "TorchDispatchMode", "TorchFunctionMode", "tree_leaves", "functorch_transform_entry_points",
-    "engine_patch_points", "execution_engine", "SCALER_GROWTH_TRACKER_KEY", "SCHEDULER_LAST_LR_KEY",
+    "RAW_SAVED_PREFIX",
+    "UNPACKED_SAVED_PREFIX",
+    "saved_names",
+    "raw_saved",
+    "unpack_saved",
+    "custom_raw_saved",
+    "saved_data",
+    "saved_unpack_hook",
+    "unpack_raw",
+    "version",
+    "sequence_nr",
+    "input_metadata",
+    "TorchDispatchMode",
+    "TorchFunctionMode",
+    "tree_leaves",
+    "functorch_transform_entry_points",
+    "engine_patch_points",
+    "execution_engine",
+    "SCALER_GROWTH_TRACKER_KEY",
+    "SCHEDULER_LAST_LR_KEY",
 ]
 
 # --------------------------------------------------------------------------- saved tensors
@@ -51,7 +67,7 @@ def saved_names(fn: Any) -> tuple[str, ...]:
     names = _names_by_type.get(kind)
     if names is None:
         prefix = RAW_SAVED_PREFIX
-        names = tuple(a[len(prefix):] for a in dir(fn) if a.startswith(prefix) and a != _CUSTOM_RAW)
+        names = tuple(a[len(prefix) :] for a in dir(fn) if a.startswith(prefix) and a != _CUSTOM_RAW)
         _names_by_type[kind] = names
     return names
 

@@ -29,14 +29,18 @@ import torch
 # --------------------------------------------------------------------------- the learner's line
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_LIBRARY_DIRS = tuple(sorted({
-    os.path.abspath(p)
-    for p in (
-        _PACKAGE_DIR,
-        os.path.dirname(os.path.abspath(torch.__file__)),
-        *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.abspath(p)
+            for p in (
+                _PACKAGE_DIR,
+                os.path.dirname(os.path.abspath(torch.__file__)),
+                *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+            )
+        }
     )
-}))
+)
 _LIBRARY_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 

@@ -99,7 +99,10 @@ def _autograd_entry_points() -> tuple:
         (torch.autograd, "grad", "`torch.autograd.grad`"),
         (transforms, grad_nesting, "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
         (transforms, jvp_nesting, "a `torch.func` forward-mode transform (jvp, jacfwd)"),
-        *((functional, f, f"`torch.autograd.functional.{f}`") for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
+        *(
+            (functional, f, f"`torch.autograd.functional.{f}`")
+            for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")
+        ),
     )
 
 
@@ -187,9 +190,7 @@ def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_auto
         hint = _autograd_hint(exc)
         if hint:
             raise ExerciseError(f"`{name}` used autograd for {label}.\nHint: {hint}{_learner_line(exc)}") from None
-        raise ExerciseError(
-            f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}"
-        ) from None
+        raise ExerciseError(f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}") from None
     finally:
         changed = [what for what, value in _global_state().items() if before[what] != value]
         _restore_global_state(before)
@@ -314,9 +315,7 @@ def compare(
         rtol, atol = tolerance(expected.dtype)
         # A known wrong formula often has its own wrong shape (a sum over the wrong dim).
         hint = _matching_mistake(got.detach(), mistakes or {}, rtol, atol) or shape_hint(got, expected, context)
-        raise ExerciseError(
-            f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\nHint: {hint}"
-        )
+        raise ExerciseError(f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\nHint: {hint}")
     if check_dtype and got.dtype != expected.dtype:
         raise ExerciseError(
             f"{head}\nDtype: got {got.dtype}, expected {expected.dtype}. "

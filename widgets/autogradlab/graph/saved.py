@@ -83,7 +83,9 @@ def saved_of(fn: Any) -> list[RawSaved]:
         except RuntimeError as exc:  # a list of saved tensors (indexing's indices) is gone once freed
             if not is_kind(exc, "freed"):
                 raise
-            result.append(RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)"))
+            result.append(
+                RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)")
+            )
             continue
         if isinstance(raw, (list, tuple)):
             result.extend(r for i, item in enumerate(raw) if (r := _one(f"{name}[{i}]", item)) is not None)
@@ -109,8 +111,15 @@ def _custom_saved(fn: Any) -> list[RawSaved]:
     for key, value in sorted(vars(fn).items()):
         if isinstance(value, torch.Tensor):
             # ctx.x = tensor bypasses save_for_backward: never freed, never version-checked.
-            result.append(RawSaved(f"ctx.{key}", value, "ok", note="stored on ctx directly: not freed by backward, "
-                                   "not checked for in-place changes (use ctx.save_for_backward)"))
+            result.append(
+                RawSaved(
+                    f"ctx.{key}",
+                    value,
+                    "ok",
+                    note="stored on ctx directly: not freed by backward, "
+                    "not checked for in-place changes (use ctx.save_for_backward)",
+                )
+            )
     return result
 
 

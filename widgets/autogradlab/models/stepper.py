@@ -54,7 +54,9 @@ def function_lines(fn: Callable) -> tuple[list[Line], list[ast.stmt], str]:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
-        raise ValueError(f"cannot read the source of {fn.__name__}: define it with `def` in a cell or a file ({exc})") from None
+        raise ValueError(
+            f"cannot read the source of {fn.__name__}: define it with `def` in a cell or a file ({exc})"
+        ) from None
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -68,8 +70,7 @@ def function_lines(fn: Callable) -> tuple[list[Line], list[ast.stmt], str]:
             body = body[1:]
     first = defs[0].lineno
     lines = [
-        Line(i, ast.get_source_segment(source, stmt) or "", stmt.lineno - first + 1)
-        for i, stmt in enumerate(body)
+        Line(i, ast.get_source_segment(source, stmt) or "", stmt.lineno - first + 1) for i, stmt in enumerate(body)
     ]
     return lines, body, fn.__name__
 
@@ -152,4 +153,6 @@ def _explain(exc: BaseException, line: Line, name: str) -> str:
     where = ""
     if last is not None and last.filename != f"<{name}>" and last.line:
         where = f" (inside the call, at: {last.line.strip()})"
-    return f"line {line.lineno} of {name}, `{line.source.splitlines()[0]}`, raised {type(exc).__name__}: {message}{where}"
+    return (
+        f"line {line.lineno} of {name}, `{line.source.splitlines()[0]}`, raised {type(exc).__name__}: {message}{where}"
+    )

@@ -35,7 +35,9 @@ def _resume_run(seed: int) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     # The loader shuffles with its own generator: the data order then never depends on
     # how many Dropout masks were drawn (without one it draws from the global RNG).
-    loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(7))
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(7)
+    )
     return {
         "model": model,
         "optimizer": optimizer,
@@ -175,8 +177,11 @@ def resume_experiment(total: int = 12, stop: int = 8) -> ResumeReport:
             _load_parts(full, fresh, parts)
             _resume_train(fresh, total - stop)
             got = _flat(fresh["model"])
-            rows.append(ResumeRow(parts, torch.equal(got, target), float((got - target).abs().max()),
-                                  fresh["scaler"].get_scale()))
+            rows.append(
+                ResumeRow(
+                    parts, torch.equal(got, target), float((got - target).abs().max()), fresh["scaler"].get_scale()
+                )
+            )
     return ResumeReport(rows, uninterrupted["scaler"].get_scale(), scaler_changes_nothing, full)
 
 
@@ -204,7 +209,9 @@ def describe_checkpoint(blob: bytes) -> str:
             cuda = f"{len(state['cuda'])} CUDA generator(s)" if "cuda" in state else "no CUDA generator on this machine"
             holds = f"CPU generator ({format_bytes(state['cpu'].numel())}); {cuda}"
         else:
-            holds = (f"epoch {state['epoch']}, {state['batch']} of {_BATCHES_PER_EPOCH} batches done, "
-                     f"shuffle generator state at the epoch's start")
+            holds = (
+                f"epoch {state['epoch']}, {state['batch']} of {_BATCHES_PER_EPOCH} batches done, "
+                f"shuffle generator state at the epoch's start"
+            )
         rows.append(f"{part:9} | {format_bytes(buffer.getbuffer().nbytes):8} | {holds}")
     return "\n".join([f"{'part':9} | {'size':8} | holds"] + rows)

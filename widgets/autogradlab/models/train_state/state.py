@@ -140,7 +140,9 @@ def _optimizer_state(optimizer, params: Mapping[str, torch.Tensor]) -> dict[str,
     return out
 
 
-def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, graph_roots: Iterable = ()) -> Snapshot:
+def snapshot(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, graph_roots: Iterable = ()
+) -> Snapshot:
     """Record graph, grads, parameters, optimizer state, mode and RNG of a (small) model.
 
     ``graph_roots``: tensors whose graphs count as "the forward graph" (e.g. ``[loss]``).

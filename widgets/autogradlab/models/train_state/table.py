@@ -84,8 +84,6 @@ def describe(after: Snapshot, before: Snapshot | None = None) -> list[Cell]:
     return [Cell(c.state, c.item, c.text, _changed(c.state, c.item, before, after)) for c in cells]
 
 
-
-
 def trace_table(history: list, width: int = 44) -> str:
     """A plain-text table: one row per executed line (cut to ``width`` characters), a ✓ under each state it changed.
 
