@@ -104,10 +104,17 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
                     message = ("an nn.Parameter outside the model is in the loss graph, so backward gives it a "
                                "gradient, but no optimizer updates it")
                 findings.append(Finding("param-not-in-optimizer", "error", where, message))
-            else:
-                where = found[0] if found else f"leaf tensor {shape}"
+            elif found:
+                where, holder = found
                 findings.append(Finding(
-                    "param-not-in-optimizer", "warning", where,
+                    "param-not-in-optimizer", "error", where,
+                    f"a tensor {shape} with requires_grad=True kept in {holder} of the model is in the loss graph, "
+                    "so backward gives it a gradient, but it is no nn.Parameter: model.parameters() does not list it "
+                    "and no optimizer updates it",
+                ))
+            else:
+                findings.append(Finding(
+                    "param-not-in-optimizer", "warning", f"leaf tensor {shape}",
                     f"a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
                     "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
                     "gradient on purpose, ignore this",
@@ -299,6 +306,30 @@ def no_update(obs: Observer) -> list[Finding]:
     return findings
 
 
+def update_undone(obs: Observer) -> list[Finding]:
+    undone: dict[str, list[int]] = {}
+    for s in _completed(obs):
+        for name in s.undone:
+            undone.setdefault(name, []).append(s.index)
+    moved: dict[str, int] = {}
+    for s in _completed(obs):
+        for record in s.opt_steps:
+            for name, nonzero in record.grad_nonzero.items():
+                if nonzero and name not in record.unchanged:
+                    moved[name] = moved.get(name, 0) + 1
+    # undone in at least two steps and in at least half of the steps that moved it
+    bad = {n: steps for n, steps in undone.items() if len(steps) >= 2 and 2 * len(steps) >= moved.get(n, 0)}
+    if not bad:
+        return []
+    steps = sorted({i for indices in bad.values() for i in indices})
+    return [Finding(
+        "update-undone", "error", _names(bad, obs),
+        f"optimizer.step() changed {'it' if len(bad) == 1 else 'them'}, but a write after the step put "
+        f"{'it' if len(bad) == 1 else 'them'} back to the value from before the step in {_steps(steps)}: the updates "
+        "never take effect (look for a clamp, a reset or a reload after optimizer.step())",
+    )]
+
+
 def _ratios(obs: Observer) -> dict[str, list[tuple[int, float]]]:
     ratios: dict[str, list[tuple[int, float]]] = {}
     for s in _completed(obs):
@@ -367,16 +398,39 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
     )]
 
 
+def _clip_effect(obs: Observer) -> str:
+    """What the wrong order did to the update, for the optimizer(s) the doctor saw."""
+    adaptive = [a for s in obs.steps for a in s.adaptive]
+    factors = [c.factor for s in obs.steps for c in s.clips if c.still_scaled and c.factor]
+    if adaptive:
+        a = adaptive[0]
+        return (
+            f" {a.optimizer} divides by √v + eps, so a common factor on the gradients mostly cancels: what remains "
+            f"acts through eps = {a.eps:g}. Its gradients arrived {1 / factors[0]:.3g}× too small (median |g| "
+            f"{a.median_grad:.2g}, {a.median_grad / a.eps:.2g}× eps), which makes a first update about "
+            f"{a.first_step_ratio:.2f}× the right one here; the smaller the gradient elements (the larger the model), "
+            "the larger the damage"
+        )
+    if factors and all(isinstance(o, torch.optim.SGD) for o in obs.optimizers):
+        return (
+            f" SGD moves by the gradient it receives, which is {factors[0]:.2g}× the right one (step 1); an update "
+            "that small often does not even change a float32 weight: training all but stops"
+        )
+    if factors:
+        return f" The optimizer receives gradients {factors[0]:.2g}× the right ones (step 1)"
+    return ""
+
+
 def clip_before_unscale(obs: Observer) -> list[Finding]:
-    scaled = [(s.index, label, line) for s in obs.steps for label, still_scaled, line in s.clips if still_scaled]
+    scaled = [(s.index, c) for s in obs.steps for c in s.clips if c.still_scaled]
     if not scaled:
         return []
-    _, label, line = scaled[0]
+    clip = scaled[0][1]
     scale = obs.scaler.get_scale() if obs.scaler is not None else float("nan")
     return [Finding(
-        "clip-before-unscale", "error", line,
-        f"{label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
-        f"{_steps(i for i, _, _ in scaled)}: the threshold acts as max_norm / scale, so every step is clipped hard",
+        "clip-before-unscale", "error", clip.line,
+        f"{clip.label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
+        f"{_steps(i for i, _ in scaled)}: the threshold acts as max_norm / scale.{_clip_effect(obs)}",
     )]
 
 
@@ -390,6 +444,7 @@ RULES: list[Callable[[Observer], list[Finding]]] = [
     data_bypass,
     eval_mode_in_training,
     no_update,
+    update_undone,
     update_ratio_high,
     update_ratio_low,
     amp_step_skipped,
