@@ -90,9 +90,9 @@ CLIP_NORM = 0.15
 HEAD_LIMIT = 0.4  # the head's weights pass 0.4 within the first steps, so the clamp is active too
 
 
-def reference_amp_step(model: nn.Module, optimizer, scaler, batch) -> torch.Tensor:
+def reference_amp_step(model: nn.Module, optimizer, scaler, batch, head_limit: float = HEAD_LIMIT) -> torch.Tensor:
     """Case 1's step done right: fp16 autocast, scale → backward → unscale_ → clip → step → update, then
-    the head constraint written under no_grad."""
+    the head constraint written under no_grad (``head_limit`` lets the chapter put its wrong bound back)."""
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -104,7 +104,7 @@ def reference_amp_step(model: nn.Module, optimizer, scaler, batch) -> torch.Tens
     scaler.update()
     with torch.no_grad():
         for p in model.head.parameters():
-            p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
+            p.clamp_(-head_limit, head_limit)
     return loss.detach()
 
 

@@ -114,8 +114,8 @@ CODES: dict[str, Code] = {
         "error",
         "optimizer.step() changed a parameter, but a write after the step (a clamp with a wrong bound, a reset, "
         "a reload of old weights) put it back to its value from before the step, in most observed steps",
-        "print the parameter right after optimizer.step() and at the end of your step, and read the write in "
-        "between (is the bound what you meant? `4 // 10` is 0)",
+        "compare the parameter right after optimizer.step() (optimizer.register_step_post_hook) with its value at "
+        "the end of your step, then read the write in between: is its bound or value what you meant?",
         "an update undone only in part (a bound that still lets some values move) is not reported; single-number "
         "parameters are not checked (one pinned at a bound is often deliberate, e.g. a clamped temperature); a "
         "deliberate rollback of a bad step is reported too; needs at least two optimizer steps",
