@@ -147,8 +147,8 @@ def test_a_class_that_is_not_a_tinyconvnet_is_rejected():
 
 
 def _amp(clip="after", clamp="no_grad", zero_grad=True, stepper="scaler", autocast=torch.float16, ret="detach",
-         bound=HEAD_LIMIT):
-    def step(model, optimizer, scaler, batch):
+         bound=HEAD_LIMIT, count="scale"):
+    def step(model, optimizer, scaler, batch, counter):
         x, y = batch
         if zero_grad:
             optimizer.zero_grad(set_to_none=False)
@@ -161,11 +161,18 @@ def _amp(clip="after", clamp="no_grad", zero_grad=True, stepper="scaler", autoca
         scaler.unscale_(optimizer)
         if clip == "after":
             torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=CLIP_NORM)
+        scale, before = scaler.get_scale(), model.head.weight.detach().clone()
         if stepper == "scaler":
             scaler.step(optimizer)
         else:
             optimizer.step()
         scaler.update()
+        if count == "scale" and scaler.get_scale() >= scale:
+            counter["updates"] += 1
+        elif count == "moved" and not torch.equal(before, model.head.weight):
+            counter["updates"] += 1
+        elif count == "always" or (count == "finite loss" and torch.isfinite(loss)):
+            counter["updates"] += 1
         if clamp == "no_grad":
             with torch.no_grad():
                 model.head.weight.clamp_(-bound, bound)
@@ -178,13 +185,13 @@ def _amp(clip="after", clamp="no_grad", zero_grad=True, stepper="scaler", autoca
     return step
 
 
-def _amp_zero_grad_at_end(model, optimizer, scaler, batch):
-    loss = _amp(zero_grad=False)(model, optimizer, scaler, batch)
+def _amp_zero_grad_at_end(model, optimizer, scaler, batch, counter):
+    loss = _amp(zero_grad=False)(model, optimizer, scaler, batch, counter)
     optimizer.zero_grad(set_to_none=True)
     return loss
 
 
-def _amp_without_scaler(model, optimizer, scaler, batch):
+def _amp_without_scaler(model, optimizer, scaler, batch, counter):
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -192,13 +199,14 @@ def _amp_without_scaler(model, optimizer, scaler, batch):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
     optimizer.step()
+    counter["updates"] += 1
     with torch.no_grad():
         for p in model.head.parameters():
             p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
     return loss
 
 
-def _amp_rescaling(model, optimizer, scaler, batch):
+def _amp_rescaling(model, optimizer, scaler, batch, counter):
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -209,25 +217,27 @@ def _amp_rescaling(model, optimizer, scaler, batch):
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     for g in grads:
         g.mul_(CLIP_NORM / norm)  # the bug: normalises every gradient, also the small ones
+    scale = scaler.get_scale()
     scaler.step(optimizer)
     scaler.update()
+    counter["updates"] += scaler.get_scale() >= scale
     with torch.no_grad():
         for p in model.head.parameters():
             p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
     return loss.detach()
 
 
-def _amp_calls_reference(model, optimizer, scaler, batch):
-    return reference_amp_step(model, optimizer, scaler, batch)
+def _amp_calls_reference(model, optimizer, scaler, batch, counter):
+    return reference_amp_step(model, optimizer, scaler, batch, counter)
 
 
-def _amp_mutates_batch(model, optimizer, scaler, batch):
+def _amp_mutates_batch(model, optimizer, scaler, batch, counter):
     x, y = batch
     x -= x.mean()  # "centre the images", in place on the caller's tensor
-    return _amp()(model, optimizer, scaler, (x, y))
+    return _amp()(model, optimizer, scaler, (x, y), counter)
 
 
-@pytest.mark.parametrize("step", [reference_amp_step, _amp(ret="item"), _amp()])
+@pytest.mark.parametrize("step", [reference_amp_step, _amp(ret="item"), _amp(), _amp(count="moved")])
 def test_correct_amp_steps_pass(step, capsys):
     check_amp_step(step)
     assert capsys.readouterr().out.startswith("✓ amp_step")
@@ -250,7 +260,11 @@ def test_correct_amp_steps_pass(step, capsys):
         (_amp_without_scaler, "does not use the GradScaler"),
         (_amp_calls_reference, "reference_amp_step is the checker's answer"),
         (_amp_mutates_batch, "changed the batch it was given in place"),
-        (lambda model, optimizer, scaler, batch: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+        (_amp(count="always"), "it counts steps the GradScaler skipped"),
+        (_amp(count="finite loss"), "even with a finite loss"),
+        (_amp(count="never"), "count exactly the updates the optimizer applied"),
+        (lambda model, optimizer, scaler, batch, counter: (_ for _ in ()).throw(NotImplementedError()),
+         "NotImplementedError"),
     ],
 )
 def test_broken_amp_steps_are_rejected_with_their_hint(step, hint):
@@ -258,15 +272,15 @@ def test_broken_amp_steps_are_rejected_with_their_hint(step, hint):
         check_amp_step(step)
 
 
-def _clamp_everything(model, optimizer, scaler, batch):
-    loss = _amp()(model, optimizer, scaler, batch)
+def _clamp_everything(model, optimizer, scaler, batch, counter):
+    loss = _amp()(model, optimizer, scaler, batch, counter)
     with torch.no_grad():
         for p in model.parameters():
             p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
     return loss
 
 
-def _amp_unscaled_backward(model, optimizer, scaler, batch):
+def _amp_unscaled_backward(model, optimizer, scaler, batch, counter):
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -278,7 +292,7 @@ def _amp_unscaled_backward(model, optimizer, scaler, batch):
     return loss.detach()
 
 
-def _amp_no_scaler_step(model, optimizer, scaler, batch):
+def _amp_no_scaler_step(model, optimizer, scaler, batch, counter):
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -318,7 +332,7 @@ def test_the_clip_threshold_is_both_above_and_below_the_checkers_gradient_norms(
         torch.nn.utils.clip_grad_norm_ = lambda *a, **k: norms.append(float(original(*a, **k))) or norms[-1]
         try:
             for batch in data[:6]:
-                reference_amp_step(model, opt, scaler, batch)
+                reference_amp_step(model, opt, scaler, batch, {"updates": 0})
         finally:
             torch.nn.utils.clip_grad_norm_ = original
     assert min(norms) < CLIP_NORM < max(norms)

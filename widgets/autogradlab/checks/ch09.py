@@ -90,9 +90,11 @@ CLIP_NORM = 0.15
 HEAD_LIMIT = 0.4  # the head's weights pass 0.4 within the first steps, so the clamp is active too
 
 
-def reference_amp_step(model: nn.Module, optimizer, scaler, batch, head_limit: float = HEAD_LIMIT) -> torch.Tensor:
-    """Case 1's step done right: fp16 autocast, scale → backward → unscale_ → clip → step → update, then
-    the head constraint written under no_grad (``head_limit`` lets the chapter put its wrong bound back)."""
+def reference_amp_step(model: nn.Module, optimizer, scaler, batch, counter: dict,
+                       head_limit: float = HEAD_LIMIT) -> torch.Tensor:
+    """Case 1's step done right: fp16 autocast, scale → backward → unscale_ → clip → step → update, the head
+    constraint written under no_grad (``head_limit`` lets the chapter put its wrong bound back), and
+    ``counter["updates"]`` advanced only for an update the optimizer really applied."""
     x, y = batch
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -100,8 +102,11 @@ def reference_amp_step(model: nn.Module, optimizer, scaler, batch, head_limit: f
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    scale = scaler.get_scale()
     scaler.step(optimizer)
     scaler.update()
+    if scaler.get_scale() >= scale:  # update() lowers the scale exactly when step() was skipped
+        counter["updates"] += 1
     with torch.no_grad():
         for p in model.head.parameters():
             p.clamp_(-head_limit, head_limit)
@@ -378,7 +383,7 @@ def check_repaired_convnet(cls) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
     scaler = torch.amp.GradScaler("cpu")
     data = batches_of(*stripes(384, seed=7), 32)
-    step = partial(reference_amp_step, model, optimizer, scaler)
+    step = partial(reference_amp_step, model, optimizer, scaler, counter={"updates": 0})
     _doctor_clean(step, model, optimizer, data[:3], name, {
         "missing-grad": "the conv layers get no gradient: do not detach the features you compute with.",
     }, scaler=scaler)
@@ -393,7 +398,7 @@ def check_repaired_convnet(cls) -> None:
 
 def _amp_variant(clip: str = "after", clamp: str = "head", autocast: torch.dtype | None = torch.float16,
                  zero_grad: str = "start", bound: float = HEAD_LIMIT):
-    def step(model, optimizer, scaler, batch):
+    def step(model, optimizer, scaler, batch, counter):
         x, y = batch
         if zero_grad == "start":
             optimizer.zero_grad()
@@ -409,6 +414,7 @@ def _amp_variant(clip: str = "after", clamp: str = "head", autocast: torch.dtype
                 p.grad.mul_(CLIP_NORM / norm)
         scaler.step(optimizer)
         scaler.update()
+        counter["updates"] += 1
         if clamp != "none":
             with torch.no_grad():
                 for p in (model.parameters() if clamp == "all" else model.head.parameters()):
@@ -429,8 +435,27 @@ def _scaler_steps(amp_step: Callable, batch) -> int:
     calls = []
     original = scaler.step
     scaler.step = lambda opt, *a, **k: calls.append(1) or original(opt, *a, **k)
-    call_learner(amp_step, (model, optimizer, scaler, batch), "amp_step", "one batch")
+    call_learner(amp_step, (model, optimizer, scaler, batch, {"updates": 0}), "amp_step", "one batch")
     return len(calls)
+
+
+def _updates_counted(amp_step: Callable, data) -> tuple[int, int, int]:
+    """(the learner's count, the optimizer steps that really ran, the calls) for a GradScaler that starts
+    far too high, so that its first steps overflow in fp16 and are skipped while the loss stays finite."""
+    torch.manual_seed(0)
+    model = TinyConvNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
+    ran = []
+    handle = optimizer.register_step_post_hook(lambda *args: ran.append(1))
+    counter = {"updates": 0}
+    try:
+        for batch in data:
+            call_learner(amp_step, (model, optimizer, scaler, batch, counter), "amp_step",
+                         "a GradScaler that starts at 2**24")
+    finally:
+        handle.remove()
+    return counter.get("updates"), len(ran), len(data)
 
 
 AMP_MISTAKES = {
@@ -467,7 +492,7 @@ def _amp_setup(seed: int):
         model = TinyConvNet()
         optimizer = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
         scaler = torch.amp.GradScaler("cpu")
-        return model, partial(step, model, optimizer, scaler)
+        return model, partial(step, model, optimizer, scaler, counter={"updates": 0})
 
     return make
 
@@ -486,7 +511,7 @@ def check_amp_step(amp_step) -> None:
     model = TinyConvNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
     scaler = torch.amp.GradScaler("cpu")
-    step = partial(amp_step, model, optimizer, scaler)
+    step = partial(amp_step, model, optimizer, scaler, counter={"updates": 0})
     _doctor_clean(step, model, optimizer, data[:5], name, AMP_HINTS, scaler=scaler)
     if scaler.state_dict().get("_growth_tracker", 0) != 5:
         raise ExerciseError(
@@ -513,13 +538,21 @@ def check_amp_step(amp_step) -> None:
             if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
                 raise ExerciseError(f"`{name}` changed the batch it was given in place: the caller may still use it.")
         _compare_params(learner_model, expected, mistakes, name, f"6 steps (seed {seed})")
+    counted, ran, calls = _updates_counted(amp_step, data[:8])
+    if counted != ran:
+        why = ("it counts steps the GradScaler skipped: the scaler skips when the scaled *gradients* hold inf/NaN, "
+               "even with a finite loss, and then lowers the scale in update(); count an update only when the scale "
+               "did not go down (or when optimizer.step() really ran).") if counted == calls else \
+              "count exactly the updates the optimizer applied, one per real optimizer step."
+        raise ExerciseError(f"`{name}` counted {counted!r} updates in {calls} calls where the optimizer really stepped "
+                            f"{ran} times (a GradScaler starting at 2**24 skips the first steps).\nHint: {why}")
     losses = [_loss_value(step(b), name) for b in data[5:] + data[:6]]
     first, last = _check_loss_falls(losses, name)
     worst = max(float(p.detach().abs().max()) for p in model.head.parameters())
     if worst > HEAD_LIMIT + 1e-6:
         raise ExerciseError(f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}: clamp them after the step.")
     passed(f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients "
-           f"present before the first), loss {first:.3f} → {last:.3f}")
+           f"present before the first), {ran} real updates of {calls} counted right, loss {first:.3f} → {last:.3f}")
 
 
 # --------------------------------------------------------------------------- exercise 3: what the optimizer misses
