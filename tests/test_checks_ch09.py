@@ -146,8 +146,16 @@ def test_a_class_that_is_not_a_tinyconvnet_is_rejected():
 # ---------------------------------------------------------------------------- exercise 2
 
 
-def _amp(clip="after", clamp="no_grad", zero_grad=True, stepper="scaler", autocast=torch.float16, ret="detach",
-         bound=HEAD_LIMIT, count="scale"):
+def _amp(
+    clip="after",
+    clamp="no_grad",
+    zero_grad=True,
+    stepper="scaler",
+    autocast=torch.float16,
+    ret="detach",
+    bound=HEAD_LIMIT,
+    count="scale",
+):
     def step(model, optimizer, scaler, batch, counter):
         x, y = batch
         if zero_grad:
@@ -263,8 +271,10 @@ def test_correct_amp_steps_pass(step, capsys):
         (_amp(count="always"), "it counts steps the GradScaler skipped"),
         (_amp(count="finite loss"), "even with a finite loss"),
         (_amp(count="never"), "count exactly the updates the optimizer applied"),
-        (lambda model, optimizer, scaler, batch, counter: (_ for _ in ()).throw(NotImplementedError()),
-         "NotImplementedError"),
+        (
+            lambda model, optimizer, scaler, batch, counter: (_ for _ in ()).throw(NotImplementedError()),
+            "NotImplementedError",
+        ),
     ],
 )
 def test_broken_amp_steps_are_rejected_with_their_hint(step, hint):
@@ -305,7 +315,10 @@ def _amp_no_scaler_step(model, optimizer, scaler, batch, counter):
 
 @pytest.mark.parametrize(
     "step, hint",
-    [(_amp_unscaled_backward, "scaler.scale(loss).backward()"), (_amp_no_scaler_step, "step with scaler.step(optimizer)")],
+    [
+        (_amp_unscaled_backward, "scaler.scale(loss).backward()"),
+        (_amp_no_scaler_step, "step with scaler.step(optimizer)"),
+    ],
 )
 def test_steps_that_raise_inside_the_scaler_get_a_hint(step, hint):
     with pytest.raises(ExerciseError, match=re.escape(hint)):
@@ -419,7 +432,9 @@ def _scan_attributes(model, loss):
     found = []
     for module in model.modules():
         for value in vars(module).values():
-            items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+            items = (
+                value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+            )
             for item in items:
                 if isinstance(item, torch.Tensor) and item.requires_grad and id(item) not in registered:
                     found.append(item)

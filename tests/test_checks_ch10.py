@@ -89,8 +89,10 @@ def test_overfit_one_batch_passes(kind, capsys):
         (_overfit("sgd"), "torch.optim.Adam"),
         (_overfit("tensors"), "Python floats"),
         (_overfit_with_reference, "reference_overfit is the checker's answer"),
-        (lambda model, loss_fn, batch, steps=100, lr=1e-2: _overfit()(model, loss_fn, batch, steps + 1, lr),
-         "one loss per step"),
+        (
+            lambda model, loss_fn, batch, steps=100, lr=1e-2: _overfit()(model, loss_fn, batch, steps + 1, lr),
+            "one loss per step",
+        ),
         (lambda *args: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     ],
 )
@@ -224,8 +226,10 @@ def _classifier_script(shuffle="one permutation", zero_grad=True, hidden=64):
             order = torch.randperm(len(x), generator=gen)
             x, y = x[order], y[order]
         elif shuffle == "fresh generator per call":
+
             def shuffled(t):
                 return t[torch.randperm(len(t), generator=torch.Generator().manual_seed(seed))]
+
             x, y = shuffled(x), shuffled(y)
         elif shuffle == "two permutations":  # the bug
             x = x[torch.randperm(len(x), generator=gen)]
@@ -336,7 +340,9 @@ def test_the_doctor_waits_for_a_hypothesis(hypothesis):
 
 
 def test_the_doctor_runs_after_a_hypothesis_and_is_silent_on_the_mysteries(capsys):
-    report = doctor_after_hypothesis("the labels look shuffled apart from the inputs", _classifier_script("two permutations"))
+    report = doctor_after_hypothesis(
+        "the labels look shuffled apart from the inputs", _classifier_script("two permutations")
+    )
     assert isinstance(report, Report) and report.ok and report.steps == 3
     assert capsys.readouterr().out.startswith("Your hypothesis: the labels look shuffled")
     assert doctor_after_hypothesis("a shape broadcasts in the loss", _regression_script("broadcast")).ok

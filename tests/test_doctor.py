@@ -4,8 +4,9 @@ corrected one; correct steps of several kinds give no warnings; observing change
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -441,7 +442,12 @@ def raising(fixed: bool) -> Setup:
 # code -> (make(fixed: bool) -> Setup, severity of the broken case, text expected in `where`)
 PAIRS = {
     "param-not-in-optimizer (Python list)": ("param-not-in-optimizer", not_in_optimizer_list, "error", "scales[0]"),
-    "param-not-in-optimizer (partial optimizer)": ("param-not-in-optimizer", not_in_optimizer_partial, "error", "2.weight"),
+    "param-not-in-optimizer (partial optimizer)": (
+        "param-not-in-optimizer",
+        not_in_optimizer_partial,
+        "error",
+        "2.weight",
+    ),
     "frozen-param-in-optimizer": ("frozen-param-in-optimizer", frozen_in_optimizer, "warning", "body.0.weight"),
     "missing-grad (detach)": ("missing-grad", missing_grad, "error", "first.weight"),
     "missing-grad (no_grad)": ("missing-grad", lambda fixed: missing_grad(fixed, "no_grad"), "error", "first.weight"),
@@ -456,7 +462,12 @@ PAIRS = {
     "update-ratio-high": ("update-ratio-high", lr_huge, "warning", "weight"),
     "update-ratio-low": ("update-ratio-low", lr_tiny, "warning", "weight"),
     "amp-step-skipped (every step)": ("amp-step-skipped", amp_nan, "error", "scaler.step()"),
-    "amp-step-skipped (one step)": ("amp-step-skipped", lambda fixed: amp_nan(fixed, "one"), "warning", "scaler.step()"),
+    "amp-step-skipped (one step)": (
+        "amp-step-skipped",
+        lambda fixed: amp_nan(fixed, "one"),
+        "warning",
+        "scaler.step()",
+    ),
     "clip-before-unscale": ("clip-before-unscale", clip_order, "error", "clip_grad_norm_(model.parameters(), 1.0)"),
     "step-raised": ("step-raised", raising, "error", "logits = model(x if fixed else x.T)"),
 }
@@ -645,8 +656,12 @@ def test_update_undone_needs_the_undo_in_most_steps_and_ignores_partial_constrai
     finding = report["update-undone"][0]
     assert "steps 2, 3, 4" in finding.message and finding.where == "2.weight"
     assert "update-undone" not in amp_bf16().diagnose().codes
-    assert "update-undone" not in diagnose(clamp_bound(False).step, clamp_bound(False).model,
-                                           clamp_bound(False).optimizer, _batches()[:1]).codes
+    assert (
+        "update-undone"
+        not in diagnose(
+            clamp_bound(False).step, clamp_bound(False).model, clamp_bound(False).optimizer, _batches()[:1]
+        ).codes
+    )
 
 
 def test_a_reset_to_the_old_weights_after_the_step_is_update_undone():

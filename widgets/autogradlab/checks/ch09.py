@@ -20,8 +20,9 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -90,8 +91,9 @@ CLIP_NORM = 0.15
 HEAD_LIMIT = 0.4  # the head's weights pass 0.4 within the first steps, so the clamp is active too
 
 
-def reference_amp_step(model: nn.Module, optimizer, scaler, batch, counter: dict,
-                       head_limit: float = HEAD_LIMIT) -> torch.Tensor:
+def reference_amp_step(
+    model: nn.Module, optimizer, scaler, batch, counter: dict, head_limit: float = HEAD_LIMIT
+) -> torch.Tensor:
     """Case 1's step done right: fp16 autocast, scale → backward → unscale_ → clip → step → update, the head
     constraint written under no_grad (``head_limit`` lets the chapter put its wrong bound back), and
     ``counter["updates"]`` advanced only for an update the optimizer really applied."""
@@ -145,8 +147,11 @@ def course_calls() -> Iterator[list[str]]:
         if event != "call" or frame.f_code is _OWN_CODE or not inside(frame.f_code.co_filename):
             return
         caller = frame.f_back
-        if caller is not None and not inside(caller.f_code.co_filename) \
-                and not inside(caller.f_code.co_filename, _TORCH_ROOT):
+        if (
+            caller is not None
+            and not inside(caller.f_code.co_filename)
+            and not inside(caller.f_code.co_filename, _TORCH_ROOT)
+        ):
             module = frame.f_globals.get("__name__", "?")
             name = f"{module}.{frame.f_code.co_qualname}"
             if name not in seen:
@@ -177,8 +182,9 @@ def _loss_value(out: Any, name: str) -> float:
         return float(out.detach())
     if isinstance(out, (int, float)) and not isinstance(out, bool):
         return float(out)
-    raise ExerciseError(f"`{name}` should return the loss (a number or a 1-element tensor), but it returned "
-                        f"{type(out).__name__}.")
+    raise ExerciseError(
+        f"`{name}` should return the loss (a number or a 1-element tensor), but it returned {type(out).__name__}."
+    )
 
 
 def _doctor_clean(step: Callable, model, optimizer, batches, name: str, hints: dict[str, str], scaler=None):
@@ -192,8 +198,9 @@ def _doctor_clean(step: Callable, model, optimizer, batches, name: str, hints: d
                 f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` with your code, "
                 "run that cell, then run this check again."
             )
-        hint = next((h for text, h in hints.items() if text.startswith("raised:") and text[7:] in finding.message),
-                    None)
+        hint = next(
+            (h for text, h in hints.items() if text.startswith("raised:") and text[7:] in finding.message), None
+        )
         message = f"`{name}` raised {finding.message}\n  in your code: {finding.where}"
         raise ExerciseError(message + (f"\nHint: {hint}" if hint else ""))
     bad = report.errors + report.warnings
@@ -221,8 +228,9 @@ def _check_loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tu
     return first, last
 
 
-def _compare_params(model: nn.Module, expected: dict[str, torch.Tensor], mistakes: dict[str, Callable[[], dict]],
-                    name: str, label: str) -> None:
+def _compare_params(
+    model: nn.Module, expected: dict[str, torch.Tensor], mistakes: dict[str, Callable[[], dict]], name: str, label: str
+) -> None:
     """Parameters after the learner's steps vs the reference's; on a mismatch, name a known wrong step that
     matches (``mistakes`` maps a hint to a function computing that wrong step's parameters, run only then)."""
     got = {k: v.detach() for k, v in model.named_parameters()}
@@ -269,12 +277,13 @@ def _bce_grads(model: nn.Module, out: torch.Tensor, y: torch.Tensor, name: str):
 
 
 CONVNET_MISTAKES = {
-    "normalise each example's feature vector: the norm is over the features, dim=1 (keepdim=True).":
-        lambda f: f / (f.norm(dim=0, keepdim=True) + 1e-6),
-    "the features are not normalised: divide each example's features by their L2 norm.":
-        lambda f: f,
-    "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.":
-        lambda f: f / (f.norm() + 1e-6),
+    "normalise each example's feature vector: the norm is over the features, dim=1 (keepdim=True).": lambda f: (
+        f / (f.norm(dim=0, keepdim=True) + 1e-6)
+    ),
+    "the features are not normalised: divide each example's features by their L2 norm.": lambda f: f,
+    "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.": lambda f: (
+        f / (f.norm() + 1e-6)
+    ),
 }
 
 
@@ -296,18 +305,24 @@ def _check_logged(model: nn.Module, features: torch.Tensor, values: torch.Tensor
     """`model.logged` must be a snapshot of the features: same ``values``, no graph, its own storage."""
     logged = getattr(model, "logged", None)
     if not isinstance(logged, torch.Tensor):
-        raise ExerciseError(f"`{name}` should keep the features for logging in `self.logged` (a tensor); found "
-                            f"{type(logged).__name__} for {label}.")
+        raise ExerciseError(
+            f"`{name}` should keep the features for logging in `self.logged` (a tensor); found "
+            f"{type(logged).__name__} for {label}."
+        )
     if logged.requires_grad:
         raise ExerciseError(
             f"`self.logged` requires grad for {label}: the log holds the features' graph, and with it every saved "
             "activation of the step, for as long as it is kept.\nHint: cut it from the graph (detach) before storing."
         )
-    if logged.shape == values.shape and torch.allclose(
-            logged.double(), F.normalize(values, dim=1).double(), rtol=1e-4, atol=1e-6) \
-            and not torch.allclose(logged.double(), values.double(), rtol=1e-4, atol=1e-6):
-        raise ExerciseError(f"`self.logged` holds the normalised features for {label}.\nHint: log what "
-                            "self.features(x) returns, before the normalisation.")
+    if (
+        logged.shape == values.shape
+        and torch.allclose(logged.double(), F.normalize(values, dim=1).double(), rtol=1e-4, atol=1e-6)
+        and not torch.allclose(logged.double(), values.double(), rtol=1e-4, atol=1e-6)
+    ):
+        raise ExerciseError(
+            f"`self.logged` holds the normalised features for {label}.\nHint: log what "
+            "self.features(x) returns, before the normalisation."
+        )
     compare(logged, values, what="`self.logged`", label=label)
     if logged.untyped_storage().data_ptr() == features.untyped_storage().data_ptr():
         raise ExerciseError(
@@ -345,13 +360,16 @@ def check_repaired_convnet(cls) -> None:
         label = f"a batch of {n} image(s) in {str(dtype)[6:]} (seed {seed})"
         captured = []
         # the output itself (for its storage) and its values now (the forward may change it in place later)
-        handle = model.features.register_forward_hook(
-            lambda m, args, out: captured.append((out, out.detach().clone())))
+        handle = model.features.register_forward_hook(lambda m, args, out: captured.append((out, out.detach().clone())))
         try:
             out = _call_without_helpers(
-                model, (x,), f"{name}.forward", label,
+                model,
+                (x,),
+                f"{name}.forward",
+                label,
                 "write the forward yourself (TinyConvNet.forward is the course's version of the answer); "
-                "self.features and self.head are yours to call.")
+                "self.features and self.head are yours to call.",
+            )
         finally:
             handle.remove()
         expected = _closest(out, [reference(x), _with_eps(reference, x)])
@@ -364,8 +382,9 @@ def check_repaired_convnet(cls) -> None:
         if out.grad_fn is None:
             raise ExerciseError(f"the logits of `{name}` do not require grad: nothing can be trained.")
         if len(captured) != 1:
-            raise ExerciseError(f"`{name}.forward` should run self.features once per call; it ran "
-                                f"{len(captured)} time(s) for {label}.")
+            raise ExerciseError(
+                f"`{name}.forward` should run self.features once per call; it ran {len(captured)} time(s) for {label}."
+            )
         grads = _bce_grads(model, out, y, name)
         ref_grads = torch.autograd.grad(
             F.binary_cross_entropy_with_logits(expected, y.to(dtype)), list(reference.parameters())
@@ -384,20 +403,35 @@ def check_repaired_convnet(cls) -> None:
     scaler = torch.amp.GradScaler("cpu")
     data = batches_of(*stripes(384, seed=7), 32)
     step = partial(reference_amp_step, model, optimizer, scaler, counter={"updates": 0})
-    _doctor_clean(step, model, optimizer, data[:3], name, {
-        "missing-grad": "the conv layers get no gradient: do not detach the features you compute with.",
-    }, scaler=scaler)
+    _doctor_clean(
+        step,
+        model,
+        optimizer,
+        data[:3],
+        name,
+        {
+            "missing-grad": "the conv layers get no gradient: do not detach the features you compute with.",
+        },
+        scaler=scaler,
+    )
     losses = [float(step(b)) for b in data[3:] + data[:6]]
     first, last = _check_loss_falls(losses, name)
-    passed(f"{name}: same logits and gradients as the reference on {len(cases)} inputs, a snapshot in "
-           f"self.logged; doctor silent; loss {first:.3f} → {last:.3f}")
+    passed(
+        f"{name}: same logits and gradients as the reference on {len(cases)} inputs, a snapshot in "
+        f"self.logged; doctor silent; loss {first:.3f} → {last:.3f}"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 2: the AMP step
 
 
-def _amp_variant(clip: str = "after", clamp: str = "head", autocast: torch.dtype | None = torch.float16,
-                 zero_grad: str = "start", bound: float = HEAD_LIMIT):
+def _amp_variant(
+    clip: str = "after",
+    clamp: str = "head",
+    autocast: torch.dtype | None = torch.float16,
+    zero_grad: str = "start",
+    bound: float = HEAD_LIMIT,
+):
     def step(model, optimizer, scaler, batch, counter):
         x, y = batch
         if zero_grad == "start":
@@ -417,7 +451,7 @@ def _amp_variant(clip: str = "after", clamp: str = "head", autocast: torch.dtype
         counter["updates"] += 1
         if clamp != "none":
             with torch.no_grad():
-                for p in (model.parameters() if clamp == "all" else model.head.parameters()):
+                for p in model.parameters() if clamp == "all" else model.head.parameters():
                     p.clamp_(-bound, bound)
         if zero_grad == "end":
             optimizer.zero_grad()
@@ -451,35 +485,39 @@ def _updates_counted(amp_step: Callable, data) -> tuple[int, int, int]:
     counter = {"updates": 0}
     try:
         for batch in data:
-            call_learner(amp_step, (model, optimizer, scaler, batch, counter), "amp_step",
-                         "a GradScaler that starts at 2**24")
+            call_learner(
+                amp_step, (model, optimizer, scaler, batch, counter), "amp_step", "a GradScaler that starts at 2**24"
+            )
     finally:
         handle.remove()
     return counter.get("updates"), len(ran), len(data)
 
 
 AMP_MISTAKES = {
-    f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.":
-        dict(clip="none"),
+    f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.": dict(
+        clip="none"
+    ),
     f"the gradients are always rescaled to norm {CLIP_NORM}: clipping (clip_grad_norm_) only shrinks gradients "
     "whose norm is above the threshold and leaves the others alone.": dict(clip="rescale"),
     f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's parameters "
     "under torch.no_grad().": dict(clamp="none"),
     "only the head is constrained: clamp model.head.parameters(), not every parameter.": dict(clamp="all"),
-    "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).":
-        dict(autocast=None),
+    "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).": dict(
+        autocast=None
+    ),
     "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler), "
     "torch.autocast('cpu', dtype=torch.float16).": dict(autocast=torch.bfloat16),
     "your step used gradients that were already in .grad when it started (the checker leaves some there, as a "
-    "validation pass that called backward would): clear them at the start of the step, before backward.":
-        dict(zero_grad="end"),
+    "validation pass that called backward would): clear them at the start of the step, before backward.": dict(
+        zero_grad="end"
+    ),
 }
 
 AMP_HINTS = {
     "clip-before-unscale": "call scaler.unscale_(optimizer) before clip_grad_norm_, then scaler.step(optimizer).",
     "data-bypass": "clamp the parameter itself under torch.no_grad() (p.clamp_(...)), not through p.data.",
     "update-undone": f"the clamp after the step puts the head back where it was: is the bound {HEAD_LIMIT:g}? "
-                     "(4 // 10 is integer division: 0).",
+    "(4 // 10 is integer division: 0).",
     "grad-not-cleared": "call optimizer.zero_grad() at the start of the step.",
     "raised:No inf checks": "step with scaler.step(optimizer) (not optimizer.step()) before scaler.update().",
     "raised:_scale is None": "backward the scaled loss: scaler.scale(loss).backward().",
@@ -526,33 +564,48 @@ def check_amp_step(amp_step) -> None:
     for seed in (0, 1):
         make = _amp_setup(seed)
         expected = _params_after(reference_amp_step, make, data[:6], seed)
-        mistakes = {hint: partial(_params_after, _amp_variant(**kw), make, data[:6], seed)
-                    for hint, kw in AMP_MISTAKES.items()}
+        mistakes = {
+            hint: partial(_params_after, _amp_variant(**kw), make, data[:6], seed) for hint, kw in AMP_MISTAKES.items()
+        }
         learner_model, run = make(amp_step)
         _stale_grads(learner_model)
         torch.manual_seed(seed)
         for batch in data[:6]:
             x, y = batch[0].clone(), batch[1].clone()
-            _call_without_helpers(run, ((x, y),), name, "the checker's batches",
-                                  "write the step yourself (reference_amp_step is the checker's answer).")
+            _call_without_helpers(
+                run,
+                ((x, y),),
+                name,
+                "the checker's batches",
+                "write the step yourself (reference_amp_step is the checker's answer).",
+            )
             if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
                 raise ExerciseError(f"`{name}` changed the batch it was given in place: the caller may still use it.")
         _compare_params(learner_model, expected, mistakes, name, f"6 steps (seed {seed})")
     counted, ran, calls = _updates_counted(amp_step, data[:8])
     if counted != ran:
-        why = ("it counts steps the GradScaler skipped: the scaler skips when the scaled *gradients* hold inf/NaN, "
-               "even with a finite loss, and then lowers the scale in update(); count an update only when the scale "
-               "did not go down (or when optimizer.step() really ran).") if counted == calls else \
-              "count exactly the updates the optimizer applied, one per real optimizer step."
-        raise ExerciseError(f"`{name}` counted {counted!r} updates in {calls} calls where the optimizer really stepped "
-                            f"{ran} times (a GradScaler starting at 2**24 skips the first steps).\nHint: {why}")
+        why = (
+            (
+                "it counts steps the GradScaler skipped: the scaler skips when the scaled *gradients* hold inf/NaN, "
+                "even with a finite loss, and then lowers the scale in update(); count an update only when the scale "
+                "did not go down (or when optimizer.step() really ran)."
+            )
+            if counted == calls
+            else "count exactly the updates the optimizer applied, one per real optimizer step."
+        )
+        raise ExerciseError(
+            f"`{name}` counted {counted!r} updates in {calls} calls where the optimizer really stepped "
+            f"{ran} times (a GradScaler starting at 2**24 skips the first steps).\nHint: {why}"
+        )
     losses = [_loss_value(step(b), name) for b in data[5:] + data[:6]]
     first, last = _check_loss_falls(losses, name)
     worst = max(float(p.detach().abs().max()) for p in model.head.parameters())
     if worst > HEAD_LIMIT + 1e-6:
         raise ExerciseError(f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}: clamp them after the step.")
-    passed(f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients "
-           f"present before the first), {ran} real updates of {calls} counted right, loss {first:.3f} → {last:.3f}")
+    passed(
+        f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients "
+        f"present before the first), {ran} real updates of {calls} counted right, loss {first:.3f} → {last:.3f}"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 3: what the optimizer misses
@@ -628,9 +681,13 @@ def _leaf_cases() -> list[tuple[str, Callable[[], tuple[nn.Module, torch.Tensor,
             loss = F.cross_entropy(model(x), y)
             if after_backward:
                 loss.backward()
-            hidden = [] if holder == "registered" else \
-                (list(model.scales.values()) if holder == "dict" else list(model.scales))[:2]
+            hidden = (
+                []
+                if holder == "registered"
+                else (list(model.scales.values()) if holder == "dict" else list(model.scales))[:2]
+            )
             return model, loss, hidden
+
         return build
 
     def tied():
@@ -649,8 +706,10 @@ def _leaf_cases() -> list[tuple[str, Callable[[], tuple[nn.Module, torch.Tensor,
         ("plain tensors that require grad, in a dict", scaled("dict", False)),
         ("scales registered in nn.ParameterList (nothing hidden)", scaled("registered", True)),
         ("a hidden list that also holds a tensor the forward never uses", scaled("list", True, unused=True)),
-        ("the same model after loss.backward() (the graph's structure survives)", scaled("list", True,
-                                                                                       after_backward=True)),
+        (
+            "the same model after loss.backward() (the graph's structure survives)",
+            scaled("list", True, after_backward=True),
+        ),
         ("a weight and a gate each used twice, a frozen layer, an input that requires grad", tied),
         ("a chain 3,000 ops deep", deep),
     ]
@@ -662,24 +721,27 @@ def _as_tensor_list(got: Any, name: str, label: str) -> list[torch.Tensor]:
     items = list(got)
     strings = [i for i in items if isinstance(i, str)]
     if strings:
-        raise ExerciseError(f"`{name}` returned names ({strings[0]!r}, ...) for {label}.\nHint: return the tensors "
-                            "themselves (AccumulateGrad nodes hold them in `.variable`), not their names.")
+        raise ExerciseError(
+            f"`{name}` returned names ({strings[0]!r}, ...) for {label}.\nHint: return the tensors "
+            "themselves (AccumulateGrad nodes hold them in `.variable`), not their names."
+        )
     if not all(isinstance(i, torch.Tensor) for i in items):
-        raise ExerciseError(f"`{name}` should return tensors, got {sorted({type(i).__name__ for i in items})} "
-                            f"for {label}.")
+        raise ExerciseError(
+            f"`{name}` should return tensors, got {sorted({type(i).__name__ for i in items})} for {label}."
+        )
     return items
 
 
 LEAF_ERROR_HINTS = {
     "RecursionError": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes "
-                      "deep: walk with a stack (a list you push next_functions onto) and a loop.",
+    "deep: walk with a stack (a list you push next_functions onto) and a loop.",
     "'NoneType' object has no attribute": "next_functions holds (None, 0) for an input that needs no gradient "
-                                          "(a constant factor): skip those entries.",
+    "(a constant factor): skip those entries.",
     "Boolean value of Tensor": "`t in list_of_tensors` compares values element by element; compare identities "
-                               "instead, e.g. a set of id(p) for p in model.parameters().",
+    "instead, e.g. a set of id(p) for p in model.parameters().",
     "must match the size of tensor b": "`t in list_of_tensors` compares values element by element (and fails on "
-                                       "different shapes); compare identities instead, e.g. a set of id(p) for p in "
-                                       "model.parameters().",
+    "different shapes); compare identities instead, e.g. a set of id(p) for p in "
+    "model.parameters().",
 }
 
 
@@ -711,9 +773,14 @@ def check_untrained_leaves(untrained_leaves) -> None:
         model, loss, expected = build()
         try:
             got = _call_without_helpers(
-                untrained_leaves, (model, loss), name, label,
+                untrained_leaves,
+                (model, loss),
+                name,
+                label,
                 "walk loss.grad_fn yourself (chapter 01): the doctor's graph walk and capture() are the course's "
-                "answer.", no_autograd=True)
+                "answer.",
+                no_autograd=True,
+            )
         except ExerciseError as error:
             hint = next((h for text, h in LEAF_ERROR_HINTS.items() if text in str(error)), None)
             if hint and "Hint:" not in str(error):
@@ -722,23 +789,33 @@ def check_untrained_leaves(untrained_leaves) -> None:
         items = _as_tensor_list(got, name, label)
         ids = [id(t) for t in items]
         if len(set(ids)) != len(ids):
-            raise ExerciseError(f"`{name}` returned the same tensor more than once for {label}.\nHint: a tensor used "
-                                "twice in the forward has one AccumulateGrad node reached along two paths: keep a "
-                                "set of the nodes (or tensors) you have seen.")
+            raise ExerciseError(
+                f"`{name}` returned the same tensor more than once for {label}.\nHint: a tensor used "
+                "twice in the forward has one AccumulateGrad node reached along two paths: keep a "
+                "set of the nodes (or tensors) you have seen."
+            )
         registered = {id(p) for p in model.parameters()}
         if any(i in registered for i in ids):
-            raise ExerciseError(f"`{name}` returned tensors that are in model.parameters() for {label}.\nHint: those "
-                                "are the ones the optimizer does see; leave them out.")
+            raise ExerciseError(
+                f"`{name}` returned tensors that are in model.parameters() for {label}.\nHint: those "
+                "are the ones the optimizer does see; leave them out."
+            )
         want = {id(t) for t in expected}
         extra = [t for t in items if id(t) not in want]
         missing = [t for t in expected if id(t) not in set(ids)]
         if extra:
-            why = ("a tensor kept in the model but never used by the forward is not in the loss's graph, so backward "
-                   "gives it nothing: walk the graph from loss.grad_fn, not the model's attributes") \
-                if any(t.requires_grad for t in extra) else \
-                "a tensor that does not require grad is no leaf of the graph and gets no gradient"
-            raise ExerciseError(f"`{name}` returned {len(extra)} tensor(s) too many for {label} (shapes "
-                                f"{[tuple(t.shape) for t in extra]}).\nHint: {why}.")
+            why = (
+                (
+                    "a tensor kept in the model but never used by the forward is not in the loss's graph, so backward "
+                    "gives it nothing: walk the graph from loss.grad_fn, not the model's attributes"
+                )
+                if any(t.requires_grad for t in extra)
+                else "a tensor that does not require grad is no leaf of the graph and gets no gradient"
+            )
+            raise ExerciseError(
+                f"`{name}` returned {len(extra)} tensor(s) too many for {label} (shapes "
+                f"{[tuple(t.shape) for t in extra]}).\nHint: {why}."
+            )
         if missing:
             raise ExerciseError(
                 f"`{name}` missed {len(missing)} tensor(s) for {label} (shapes {[tuple(t.shape) for t in missing]})."
@@ -746,5 +823,7 @@ def check_untrained_leaves(untrained_leaves) -> None:
                 "in a list or dict of the model, or outside it (an input that requires grad); follow every "
                 "next_functions entry, skipping the (None, 0) ones."
             )
-    passed(f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an "
-           "input, a graph after backward, 3,000 ops deep), walked by hand")
+    passed(
+        f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an "
+        "input, a graph after backward, 3,000 ops deep), walked by hand"
+    )

@@ -11,7 +11,8 @@ The data of the chapter lives here too, so the notebook and its checkers use the
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -128,7 +129,7 @@ def _overfit_variant(kind: str) -> Callable:
         optimizer = torch.optim.SGD(params, lr=lr) if kind == "sgd" else torch.optim.Adam(params, lr=lr)
         x, y = batch
         losses = []
-        for i in range(steps):
+        for _ in range(steps):
             if kind == "new optimizer every step":
                 optimizer = torch.optim.Adam(copied.parameters(), lr=lr)
             if kind != "no zero_grad":
@@ -151,8 +152,7 @@ OVERFIT_MISTAKES = {
     "the optimizer was built on the original model's parameters, so it never moves the copy: build it from "
     "the copy's parameters.": "optimizer on the original",
     "gradients accumulate across steps: clear them every step (optimizer.zero_grad()).": "no zero_grad",
-    "a new Adam every step forgets its moments (and restarts its bias correction): build the optimizer once.":
-        "new optimizer every step",
+    "a new Adam every step forgets its moments (and restarts its bias correction): build the optimizer once.": "new optimizer every step",
     "each loss should be the one of the step's own forward, before its update; you recorded it after the "
     "update.": "loss after the update",
     "the losses match plain SGD: the contract asks for torch.optim.Adam(lr=lr).": "sgd",
@@ -171,13 +171,17 @@ def _snapshot(model: nn.Module) -> dict:
 def _unchanged(before: dict, model: nn.Module) -> str | None:
     after = _snapshot(model)
     if any(not torch.equal(before["params"][k], after["params"][k]) for k in before["params"]):
-        return ("changed the caller's parameters: train a copy (copy.deepcopy(model)), and build the optimizer from "
-                "the copy's parameters (copy.copy shares them).")
+        return (
+            "changed the caller's parameters: train a copy (copy.deepcopy(model)), and build the optimizer from "
+            "the copy's parameters (copy.copy shares them)."
+        )
     for k, g in before["grads"].items():
         h = after["grads"][k]
         if (g is None) != (h is None) or (g is not None and not torch.equal(g, h)):
-            return ("changed the caller's .grad: the gradients belong to the copy (an optimizer built from "
-                    "model.parameters() instead of the copy's clears and steps the caller's).")
+            return (
+                "changed the caller's .grad: the gradients belong to the copy (an optimizer built from "
+                "model.parameters() instead of the copy's clears and steps the caller's)."
+            )
     if any(not torch.equal(before["buffers"][k], after["buffers"][k]) for k in before["buffers"]):
         return "changed the caller's batch-norm statistics: run the forward passes on the copy only."
     if before["modes"] != after["modes"]:
@@ -203,20 +207,29 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
         label = f"a batch of {n} points, the model in {mode} mode (seed {seed})"
         before = _snapshot(model)
         expected = reference_overfit(model, F.cross_entropy, batch, 60, 2e-2)
-        got = _call_without_helpers(overfit_one_batch, (model, F.cross_entropy, batch, 60, 2e-2), name, label,
-                                    "write the loop yourself (reference_overfit is the checker's answer).")
+        got = _call_without_helpers(
+            overfit_one_batch,
+            (model, F.cross_entropy, batch, 60, 2e-2),
+            name,
+            label,
+            "write the loop yourself (reference_overfit is the checker's answer).",
+        )
         problem = _unchanged(before, model)
         if problem:
             raise ExerciseError(f"`{name}` {problem} (for {label})")
         if not (torch.equal(batch[0], x) and torch.equal(batch[1], y)):
             raise ExerciseError(f"`{name}` changed the batch in place for {label}.")
         if not isinstance(got, (list, tuple)) or len(got) != 60:
-            raise ExerciseError(f"`{name}` should return a list with one loss per step (60 here) for {label}; got "
-                                f"{type(got).__name__}{f' of length {len(got)}' if hasattr(got, '__len__') else ''}.")
+            raise ExerciseError(
+                f"`{name}` should return a list with one loss per step (60 here) for {label}; got "
+                f"{type(got).__name__}{f' of length {len(got)}' if hasattr(got, '__len__') else ''}."
+            )
         if not all(isinstance(v, float) for v in got):
             kinds = sorted({type(v).__name__ for v in got})
-            raise ExerciseError(f"`{name}` should return Python floats (loss.item()), got {kinds} for {label}: a "
-                                "list of loss tensors keeps every step's graph alive.")
+            raise ExerciseError(
+                f"`{name}` should return Python floats (loss.item()), got {kinds} for {label}: a "
+                "list of loss tensors keeps every step's graph alive."
+            )
         got_t, expected_t = torch.tensor(got, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64)
         if torch.allclose(got_t, expected_t, rtol=1e-4, atol=1e-6):
             continue
@@ -226,8 +239,10 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
                 raise ExerciseError(f"the losses of `{name}` differ from the reference for {label}.\nHint: {hint}")
         compare(got_t, expected_t, what=f"the losses of `{name}`", label=label)
     final = expected[-1]
-    passed(f"{name}: the reference losses on {len(cases)} batches (caller's model in eval and in train mode, "
-           f"left untouched); the healthy model reaches loss {final:.2g} on one batch")
+    passed(
+        f"{name}: the reference losses on {len(cases)} batches (caller's model in eval and in train mode, "
+        f"left untouched); the healthy model reaches loss {final:.2g} on one batch"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 2: batch dependencies
@@ -301,6 +316,7 @@ def _dependency_cases() -> list[tuple[str, Callable[[], tuple[nn.Module, torch.T
             model = build()
             model.train(mode == "train")
             return model, torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+
         return f
 
     return [
@@ -316,10 +332,10 @@ def _dependency_cases() -> list[tuple[str, Callable[[], tuple[nn.Module, torch.T
 
 DEPENDENCY_MISTAKES = {
     "sum": "a sum of outputs can cancel (a softmax row sums to 1, so its gradient is 0): take the gradient of "
-           "every output element (or the Jacobian) and the norm over them.",
+    "every output element (or the Jacobian) and the norm over them.",
     "transposed": "D[i, j] is the dependency of example i's *output* on example j's *input*: rows are outputs.",
     "abs sum": "use the Frobenius norm (square root of the sum of squares) of the Jacobian block, not a sum of "
-               "absolute values.",
+    "absolute values.",
     "eval": "keep the model's mode: in training mode batch norm mixes examples, and that is what D must show.",
 }
 
@@ -347,8 +363,10 @@ def _dependency_variant(kind: str, model: nn.Module, x: torch.Tensor) -> torch.T
 
 
 def _model_state(model: nn.Module) -> tuple:
-    return ([None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            [m.training for m in model.modules()])
+    return (
+        [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        [m.training for m in model.modules()],
+    )
 
 
 def check_batch_dependencies(batch_dependencies) -> None:
@@ -365,36 +383,54 @@ def check_batch_dependencies(batch_dependencies) -> None:
         expected = reference_dependencies(copy.deepcopy(model), x)
         grads_before, modes_before = _model_state(model)
         x_given = x.clone()
-        got = _call_without_helpers(batch_dependencies, (model, x_given), name, label,
-                                    "compute the gradients yourself (reference_dependencies is the checker's answer).")
+        got = _call_without_helpers(
+            batch_dependencies,
+            (model, x_given),
+            name,
+            label,
+            "compute the gradients yourself (reference_dependencies is the checker's answer).",
+        )
         grads_after, modes_after = _model_state(model)
         if modes_after != modes_before:
-            raise ExerciseError(f"`{name}` changed the model's mode for {label}.\nHint: "
-                                f"{DEPENDENCY_MISTAKES['eval']}")
-        if any((a is None) != (b is None) or (a is not None and not torch.equal(a, b))
-               for a, b in zip(grads_before, grads_after)):
+            raise ExerciseError(f"`{name}` changed the model's mode for {label}.\nHint: {DEPENDENCY_MISTAKES['eval']}")
+        if any(
+            (a is None) != (b is None) or (a is not None and not torch.equal(a, b))
+            for a, b in zip(grads_before, grads_after)
+        ):
             raise ExerciseError(
                 f"`{name}` left gradients in the model's parameters (.grad) for {label}.\nHint: ask for the "
                 "gradient with respect to the input only, torch.autograd.grad(output, x_copy), which does not touch "
                 "the parameters' .grad."
             )
         if x_given.requires_grad or x_given.grad is not None or not torch.equal(x_given, x):
-            raise ExerciseError(f"`{name}` changed the x it was given (its values, requires_grad or .grad) for "
-                                f"{label}.\nHint: work on a copy, x.detach().clone().requires_grad_().")
+            raise ExerciseError(
+                f"`{name}` changed the x it was given (its values, requires_grad or .grad) for "
+                f"{label}.\nHint: work on a copy, x.detach().clone().requires_grad_()."
+            )
         if isinstance(got, torch.Tensor):
             got = got.detach()
         wrong = {hint: _dependency_variant(kind, copy.deepcopy(model), x) for kind, hint in DEPENDENCY_MISTAKES.items()}
         batch = x.shape[0]
-        wrong["only the diagonal: a per-example computation (vmap, or a loop that runs the model on one example at "
-              "a time) cannot see what mixes examples; run the model on the whole batch."] = torch.diag(expected.diag())
-        compare(got, expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected,
-                what=f"`{name}`", label=label, mistakes=wrong, check_dtype=False,
-                context={})
+        wrong[
+            "only the diagonal: a per-example computation (vmap, or a loop that runs the model on one example at "
+            "a time) cannot see what mixes examples; run the model on the whole batch."
+        ] = torch.diag(expected.diag())
+        compare(
+            got,
+            expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected,
+            what=f"`{name}`",
+            label=label,
+            mistakes=wrong,
+            check_dtype=False,
+            context={},
+        )
         if expected.shape != (batch, batch):
             raise AssertionError("reference shape")
         mixing += int(bool((expected - torch.diag(expected.diag())).abs().max() > 1e-6))
-    passed(f"{name}: exact dependency norms on {len(cases)} models ({mixing} mix examples, "
-           f"{len(cases) - mixing} do not); model, parameters' .grad and x left as they were")
+    passed(
+        f"{name}: exact dependency norms on {len(cases)} models ({mixing} mix examples, "
+        f"{len(cases) - mixing} do not); model, parameters' .grad and x left as they were"
+    )
 
 
 # --------------------------------------------------------------------------- mysteries
@@ -421,9 +457,11 @@ def doctor_after_hypothesis(hypothesis: Any, mystery: Callable) -> Report:
 def _setup(fixed: Callable, name: str, seed: int) -> tuple:
     setup = call_learner(fixed, (seed,), name, f"seed {seed}")
     if not (isinstance(setup, tuple) and len(setup) == 4):
-        raise ExerciseError(f"`{name}(seed)` should return (step, model, optimizer, batches) like the mystery "
-                            f"script, got {type(setup).__name__}"
-                            f"{f' of length {len(setup)}' if isinstance(setup, tuple) else ''}.")
+        raise ExerciseError(
+            f"`{name}(seed)` should return (step, model, optimizer, batches) like the mystery "
+            f"script, got {type(setup).__name__}"
+            f"{f' of length {len(setup)}' if isinstance(setup, tuple) else ''}."
+        )
     return setup
 
 
@@ -487,10 +525,14 @@ def check_mystery_1(fixed_mystery_1) -> None:
             model.eval()
             accuracy = float((model(x_new).argmax(dim=1) == y_new).float().mean())
         if accuracy < 0.95:
-            raise ExerciseError(f"the model trained by `{name}` (seed {seed}) classifies only {accuracy:.0%} of new, "
-                                "correctly labelled points right: it learned something other than the task.")
-    passed(f"{name}: doctor silent; loss {losses[0]:.3f} → {losses[-1]:.3f} (labels' entropy {h:.3f}); "
-           f"{accuracy:.0%} right on new points (2 seeds)")
+            raise ExerciseError(
+                f"the model trained by `{name}` (seed {seed}) classifies only {accuracy:.0%} of new, "
+                "correctly labelled points right: it learned something other than the task."
+            )
+    passed(
+        f"{name}: doctor silent; loss {losses[0]:.3f} → {losses[-1]:.3f} (labels' entropy {h:.3f}); "
+        f"{accuracy:.0%} right on new points (2 seeds)"
+    )
 
 
 def check_mystery_2(fixed_mystery_2) -> None:
@@ -532,15 +574,31 @@ def check_mystery_2(fixed_mystery_2) -> None:
             raise ExerciseError(f"the model of `{name}` should give one value per row, got shape {tuple(pred.shape)}.")
         error = float(((pred.reshape(-1) - y_new) ** 2).mean())
         if error > 0.3 * variance:
-            raise ExerciseError(f"the model trained by `{name}` (seed {seed}) has a mean squared error of {error:.3f} "
-                                f"on new rows (variance {variance:.3f}): the training loss was not the squared error "
-                                "of each prediction against its own target.")
-    passed(f"{name}: doctor silent; loss {losses[0]:.3f} → {losses[-1]:.3f} (target variance {variance:.3f}); "
-           f"mean squared error {error:.3f} on new rows (2 seeds)")
+            raise ExerciseError(
+                f"the model trained by `{name}` (seed {seed}) has a mean squared error of {error:.3f} "
+                f"on new rows (variance {variance:.3f}): the training loss was not the squared error "
+                "of each prediction against its own target."
+            )
+    passed(
+        f"{name}: doctor silent; loss {losses[0]:.3f} → {losses[-1]:.3f} (target variance {variance:.3f}); "
+        f"mean squared error {error:.3f} on new rows (2 seeds)"
+    )
 
 
 __all__ = [
-    "CLASS_SHARES", "clusters", "readings", "batches_of", "entropy", "train", "PerExample", "TimeMean", "Normed",
-    "PerStep", "check_overfit_one_batch", "check_batch_dependencies", "doctor_after_hypothesis", "check_mystery_1",
+    "CLASS_SHARES",
+    "clusters",
+    "readings",
+    "batches_of",
+    "entropy",
+    "train",
+    "PerExample",
+    "TimeMean",
+    "Normed",
+    "PerStep",
+    "check_overfit_one_batch",
+    "check_batch_dependencies",
+    "doctor_after_hypothesis",
+    "check_mystery_1",
     "check_mystery_2",
 ]

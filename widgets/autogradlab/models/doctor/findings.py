@@ -133,8 +133,7 @@ CODES: dict[str, Code] = {
         f"a weight moved by less than {UPDATE_RATIO_LOW:g} of its norm per step (median over the steps "
         "with a nonzero gradient)",
         "raise the learning rate, check the lr schedule and any scaling of the loss",
-        "only weights with two or more dims and enough elements are checked; a model at convergence also "
-        "moves little",
+        "only weights with two or more dims and enough elements are checked; a model at convergence also moves little",
     ),
     "amp-step-skipped": Code(
         "warning",

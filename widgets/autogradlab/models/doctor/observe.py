@@ -22,8 +22,9 @@ import os
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -267,8 +268,11 @@ class Observer:
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group["params"]):
                     if id(p) not in self.tracked:
-                        label = f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}" if len(self.optimizers) > 1 \
+                        label = (
+                            f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}"
+                            if len(self.optimizers) > 1
                             else f"optimizer group {g} #{j} {tuple(p.shape)}"
+                        )
                         self.tracked[id(p)] = Tracked(label, p, None)
                     if i not in self.tracked[id(p)].optimizers:
                         self.tracked[id(p)].optimizers.append(i)
@@ -278,7 +282,7 @@ class Observer:
 
     # ------------------------------------------------------------------ install / remove
 
-    def __enter__(self) -> "Observer":
+    def __enter__(self) -> Observer:
         try:
             self._install()
         except BaseException:
@@ -466,8 +470,9 @@ class Observer:
             finally:
                 self._in_clip -= 1
             if scaled and label == "clip_grad_norm_":
-                clip.factor = _clip_factor(result, args[1] if len(args) > 1 else kwargs.get("max_norm"),
-                                           float(self.scaler.get_scale()))
+                clip.factor = _clip_factor(
+                    result, args[1] if len(args) > 1 else kwargs.get("max_norm"), float(self.scaler.get_scale())
+                )
             return result
 
         wrapper.__wrapped__ = original
@@ -495,15 +500,21 @@ class Observer:
         factors = [c.factor for c in step.clips if c.still_scaled and c.factor]
         if not factors or not _is_adaptive(optimizer):
             return
-        grads = [p.grad.detach().double().flatten() for g in optimizer.param_groups for p in g["params"]
-                 if p.grad is not None]
+        grads = [
+            p.grad.detach().double().flatten()
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if p.grad is not None
+        ]
         if not grads:
             return
         g = torch.cat(grads)
         eps = float(optimizer.param_groups[0].get("eps", 1e-8))
-        step.adaptive.append(AdaptiveEffect(
-            type(optimizer).__name__, eps, float(g.abs().median()), adam_first_step_ratio(g, factors[-1], eps)
-        ))
+        step.adaptive.append(
+            AdaptiveEffect(
+                type(optimizer).__name__, eps, float(g.abs().median()), adam_first_step_ratio(g, factors[-1], eps)
+            )
+        )
 
     def _wrap_backward(self) -> None:
         """Record the leaves of every graph backward runs on (the returned loss may be a number)."""
