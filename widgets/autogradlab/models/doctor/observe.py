@@ -7,7 +7,9 @@
   and was an old gradient from before an ``optimizer.step()`` still in ``.grad``),
 - step pre/post hooks on each optimizer (values, versions and gradients around the update),
 - wrappers around ``torch.nn.utils.clip_grad_*`` (clipping while the scaler's gradients
-  are still scaled) and around the GradScaler's ``step`` (skipped steps).
+  are still scaled) and around the GradScaler's ``step`` (skipped steps),
+- a wrapper around ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the
+  leaves of every graph the step backpropagates, also when it returns ``loss.item()``.
 
 It never calls ``zero_grad``/``step`` and only reads tensors (clones), so the step
 computes exactly what it computes without the observer. On exit every hook is removed
@@ -20,13 +22,14 @@ import os
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from autogradlab.models.doctor.findings import UPDATE_RATIO_MIN_NUMEL
+from autogradlab.models.doctor.findings import UNDONE_FRACTION, UPDATE_RATIO_MIN_NUMEL
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_DIRS = tuple(
@@ -73,6 +76,49 @@ def graph_leaves(output: Any) -> list[torch.Tensor]:
             leaves.append(variable)
         stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
     return leaves
+
+
+def _clip_factor(total_norm: Any, max_norm: Any, scale: float) -> float | None:
+    """How much smaller the gradients are after clip-then-unscale than after unscale-then-clip.
+
+    clip_grad_norm_ returned the norm N of the *scaled* gradients; the true norm is N/S.
+
+    >>> _clip_factor(torch.tensor(65536.0), 1.0, 65536.0)  # true norm 1: the right clip does nothing
+    1.52587890625e-05
+    """
+    try:
+        norm, limit = float(total_norm), float(max_norm)
+    except (TypeError, ValueError):
+        return None
+    if not (norm > 0 and limit > 0 and scale > 0) or norm != norm:
+        return None
+    return min(1.0, limit / norm) / min(1.0, limit * scale / norm)
+
+
+# Optimizers whose update divides by sqrt(second moment) + eps: a common factor on all
+# gradients cancels, except against eps.
+_ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad")
+
+
+def _is_adaptive(optimizer: torch.optim.Optimizer) -> bool:
+    return any(cls.__name__ in _ADAPTIVE for cls in type(optimizer).__mro__) and "eps" in optimizer.param_groups[0]
+
+
+def adam_first_step_ratio(grads: torch.Tensor, factor: float, eps: float) -> float:
+    """‖u(g)‖ / ‖u(g / factor)‖ for Adam's first update u(g) = g / (|g| + eps).
+
+    ``grads`` are the gradients the optimizer received, ``factor`` times the right ones.
+    Where |g| ≫ eps the factor cancels; where |g| ≲ eps it survives.
+
+    >>> g = torch.tensor([1e-3, -2e-3])
+    >>> round(adam_first_step_ratio(g, 1e-2, 1e-8), 4)  # |g| ≫ eps: almost no effect
+    1.0
+    >>> round(adam_first_step_ratio(g * 1e-9, 1e-2, 1e-8), 2)  # |g| ≪ eps: the full factor 1e-2
+    0.01
+    """
+    g = grads.double()
+    right = g / factor
+    return float((g / (g.abs() + eps)).norm() / (right / (right.abs() + eps)).norm().clamp_min(1e-300))
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -136,6 +182,28 @@ class OptStep:
 
 
 @dataclass
+class Clip:
+    """One call of a clipping function during a step."""
+
+    label: str
+    still_scaled: bool
+    line: str
+    # clip_grad_norm_ on scaled gradients: the factor by which the gradients the optimizer
+    # receives differ from the right order's, min(1, m/N) / min(1, m*S/N) for the scaled norm N
+    factor: float | None = None
+
+
+@dataclass
+class AdaptiveEffect:
+    """What a clip before unscale_ does to an optimizer that divides by sqrt(v) + eps (Adam and kin)."""
+
+    optimizer: str
+    eps: float
+    median_grad: float  # median |g| of the (too small) gradients the optimizer received
+    first_step_ratio: float  # ‖update‖ bug / right for a first Adam step on these gradients
+
+
+@dataclass
 class StepLog:
     """Everything seen during one call of the learner's step."""
 
@@ -149,7 +217,9 @@ class StepLog:
     opt_steps: list[OptStep] = field(default_factory=list)
     opt_step_calls: int = 0
     scaler_steps: list[tuple[bool | None, float]] = field(default_factory=list)  # (skipped, scale)
-    clips: list[tuple[str, bool, str]] = field(default_factory=list)  # (function, still scaled, line)
+    clips: list[Clip] = field(default_factory=list)
+    adaptive: list[AdaptiveEffect] = field(default_factory=list)
+    undone: dict[str, float] = field(default_factory=dict)  # name -> ‖θ_end − θ_before‖ / ‖θ_after − θ_before‖
     modules: dict[str, ModuleRun] = field(default_factory=dict)
     leaves: list[torch.Tensor] = field(default_factory=list)
 
@@ -180,7 +250,10 @@ class Observer:
         self._pre_grad: dict[int, bool] = {}
         self._pre_empty: set[int] = set()
         self._stepped_since_grad: dict[int, bool] = {}
+        # per parameter moved by the last optimizer.step(): (value before, value after) the step
+        self._undo_check: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._in_clip = 0
+        self._in_backward = 0
         self._track_parameters()
 
     # ------------------------------------------------------------------ what is watched
@@ -195,8 +268,11 @@ class Observer:
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group["params"]):
                     if id(p) not in self.tracked:
-                        label = f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}" if len(self.optimizers) > 1 \
+                        label = (
+                            f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}"
+                            if len(self.optimizers) > 1
                             else f"optimizer group {g} #{j} {tuple(p.shape)}"
+                        )
                         self.tracked[id(p)] = Tracked(label, p, None)
                     if i not in self.tracked[id(p)].optimizers:
                         self.tracked[id(p)].optimizers.append(i)
@@ -206,7 +282,7 @@ class Observer:
 
     # ------------------------------------------------------------------ install / remove
 
-    def __enter__(self) -> "Observer":
+    def __enter__(self) -> Observer:
         try:
             self._install()
         except BaseException:
@@ -227,6 +303,7 @@ class Observer:
             self._handles.append(opt.register_step_pre_hook(self._step_pre_hook(i)))
             self._handles.append(opt.register_step_post_hook(self._step_post_hook(i)))
         self._wrap_clipping()
+        self._wrap_backward()
         if self.scaler is not None:
             self._wrap_scaler_step()
 
@@ -253,6 +330,19 @@ class Observer:
                 change = float((t.detach().double() - before.double()).abs().nan_to_num().max())
                 step.bypass[self.tracked[k].name] = max(change, step.bypass.get(self.tracked[k].name, 0.0))
         self._last = {}
+
+    def _check_undone(self) -> None:
+        """Parameters that the last optimizer.step() moved and a later write put back (almost) where they were."""
+        step = self._current
+        for k, (before, after) in list(self._undo_check.items()):
+            now = self.tracked[k].tensor.detach()
+            if _same(after, now):
+                continue  # not written since the step (yet): decide at the next check
+            del self._undo_check[k]
+            moved = float((after.double() - before.double()).norm())
+            left = float((now.double() - before.double()).norm())
+            if moved > 0 and left <= UNDONE_FRACTION * moved:
+                step.undone[self.tracked[k].name] = left / moved
 
     # ------------------------------------------------------------------ hooks
 
@@ -296,6 +386,8 @@ class Observer:
                 return None
             step.opt_step_calls += 1
             self._close_interval()
+            self._check_undone()
+            self._adaptive_effect(optimizer)
             self._pre, self._pre_grad, self._pre_empty = {}, {}, set()
             with torch.no_grad():
                 for group in optimizer.param_groups:
@@ -333,6 +425,8 @@ class Observer:
                                 record.ratio[name] = float((p.detach().double() - before.double()).norm()) / norm
                         if p.grad is not None and bool(p.grad.any()):
                             self._stepped_since_grad[id(p)] = True
+                        if p.is_floating_point() and p.numel() >= 2 and not _same(before, p.detach()):
+                            self._undo_check[id(p)] = (before, p.detach().clone())
             step.opt_steps.append(record)
             self._last = self._snapshot()
             return None
@@ -368,12 +462,18 @@ class Observer:
             tensors = [params] if isinstance(params, torch.Tensor) else list(params or [])
             scaled = self._still_scaled(tensors)
             line = learner_line(traceback.extract_stack()[:-1])
-            self._current.clips.append((label, scaled, line))
+            clip = Clip(label, scaled, line)
+            self._current.clips.append(clip)
             self._in_clip += 1
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
                 self._in_clip -= 1
+            if scaled and label == "clip_grad_norm_":
+                clip.factor = _clip_factor(
+                    result, args[1] if len(args) > 1 else kwargs.get("max_norm"), float(self.scaler.get_scale())
+                )
+            return result
 
         wrapper.__wrapped__ = original
         wrapper.__doc__ = original.__doc__
@@ -393,6 +493,54 @@ class Observer:
             if stage == "READY":
                 return True
         return False
+
+    def _adaptive_effect(self, optimizer: torch.optim.Optimizer) -> None:
+        """After a clip on scaled gradients, estimate what it does to an Adam-like optimizer's first update."""
+        step = self._current
+        factors = [c.factor for c in step.clips if c.still_scaled and c.factor]
+        if not factors or not _is_adaptive(optimizer):
+            return
+        grads = [
+            p.grad.detach().double().flatten()
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if p.grad is not None
+        ]
+        if not grads:
+            return
+        g = torch.cat(grads)
+        eps = float(optimizer.param_groups[0].get("eps", 1e-8))
+        step.adaptive.append(
+            AdaptiveEffect(
+                type(optimizer).__name__, eps, float(g.abs().median()), adam_first_step_ratio(g, factors[-1], eps)
+            )
+        )
+
+    def _wrap_backward(self) -> None:
+        """Record the leaves of every graph backward runs on (the returned loss may be a number)."""
+        original = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            step = self._current
+            if step is not None and not self._in_backward:
+                roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+                tensors = roots[0] if len(roots) == 1 and isinstance(roots[0], torch.Tensor) else roots
+                known = {id(t) for t in step.leaves}
+                for root in roots:
+                    for leaf in graph_leaves(root):
+                        if leaf.requires_grad and id(leaf) not in known:
+                            known.add(id(leaf))
+                            step.leaves.append(leaf)
+            self._in_backward += 1
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                self._in_backward -= 1
+
+        backward.__wrapped__ = original
+        backward.__doc__ = original.__doc__
+        torch.autograd.backward = backward
+        self._restore.append(lambda: setattr(torch.autograd, "backward", original))
 
     def _wrap_scaler_step(self) -> None:
         scaler = self.scaler
@@ -443,7 +591,9 @@ class Observer:
         finally:
             if self._last:
                 self._close_interval()
+            self._check_undone()
             self._current = None
         step.loss = _loss_value(out)
-        step.leaves = [t for t in graph_leaves(out) if t.requires_grad]
+        known = {id(t) for t in step.leaves}
+        step.leaves += [t for t in graph_leaves(out) if t.requires_grad and id(t) not in known]
         return step.raised is None
