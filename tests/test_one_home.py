@@ -66,13 +66,12 @@ CONCEPTS = {
             # the reverse-sweep exercise's reference, and its typical wrong orders (BFS, DFS) for the
             # hints, walk the graph on purpose: they are what the learner writes
             "checks/ch01.py",
-            "models/doctor/observe.py",  # graph_leaves: could use autogradlab.graph.traverse.walk
         },
     ),
     "learner's line (extract_tb / extract_stack)": (
         lambda source: attribute_reads(source, {"extract_tb", "extract_stack"}),
         {"tracebacks.py"},
-        {"models/doctor/observe.py"},
+        set(),
     ),
     "error text -> hint": (error_text_tests, {"tracebacks.py"}, set()),
     "flattening parameters or gradients": (

@@ -194,3 +194,12 @@ def execution_engine() -> Any:
 # Keys of public state_dicts that PyTorch names privately; shown in chapter 06's checkpoint table.
 SCALER_GROWTH_TRACKER_KEY = "_growth_tracker"  # GradScaler: steps since the scale last grew
 SCHEDULER_LAST_LR_KEY = "_last_lr"  # LRScheduler: the learning rates of the last step
+
+
+# The doctor watches which modules change behaviour with train()/eval(): the base classes of
+# Dropout and BatchNorm are private, and no public tuple of "mode-dependent modules" exists.
+MODE_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+
+# torch.nn.utils.clip_grad's private helper behind clip_grad_norm_ (the doctor wraps every
+# entry point a learner's clip can reach, this one too).
+CLIP_WITH_NORM_PRIVATE = "_clip_grads_with_norm_"

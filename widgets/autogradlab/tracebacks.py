@@ -147,3 +147,13 @@ def stale_versions(error: BaseException | str) -> tuple[int, int] | None:
     """
     found = _VERSIONS.search(_text(error))
     return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def stack_frames() -> list[traceback.FrameSummary]:
+    """The current call stack, outermost first, without this function's own frame."""
+    return traceback.extract_stack()[:-1]
+
+
+def error_frames(error: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``error``'s traceback, outermost first."""
+    return traceback.extract_tb(error.__traceback__)

@@ -30,6 +30,8 @@ from torch import nn
 
 from autogradlab.checks.core import ExerciseError, call_learner, compare, passed
 from autogradlab.models.doctor import diagnose
+from autogradlab.torch_internals import SCALER_GROWTH_TRACKER_KEY
+from autogradlab.tracebacks import hint_for, is_kind
 
 # --------------------------------------------------------------------------- data and models
 
@@ -267,7 +269,7 @@ def _bce_grads(model: nn.Module, out: torch.Tensor, y: torch.Tensor, name: str):
     try:
         return torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
     except RuntimeError as error:
-        if "inplace" in str(error):
+        if is_kind(error, "stale"):
             raise ExerciseError(
                 f"backward through `{name}` fails: {str(error).splitlines()[0]}\nHint: an in-place normalisation "
                 "(`f /= f.norm(...)`) overwrites the tensor that norm() saved for backward; normalise out of place "
@@ -551,7 +553,7 @@ def check_amp_step(amp_step) -> None:
     scaler = torch.amp.GradScaler("cpu")
     step = partial(amp_step, model, optimizer, scaler, counter={"updates": 0})
     _doctor_clean(step, model, optimizer, data[:5], name, AMP_HINTS, scaler=scaler)
-    if scaler.state_dict().get("_growth_tracker", 0) != 5:
+    if scaler.state_dict().get(SCALER_GROWTH_TRACKER_KEY, 0) != 5:
         raise ExerciseError(
             f"`{name}` does not use the GradScaler it is given: scale the loss (scaler.scale(loss).backward()), "
             "then scaler.unscale_, scaler.step(optimizer) and scaler.update() once per step."
@@ -732,14 +734,14 @@ def _as_tensor_list(got: Any, name: str, label: str) -> list[torch.Tensor]:
     return items
 
 
-LEAF_ERROR_HINTS = {
-    "RecursionError": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes "
+LEAF_ERROR_HINTS = {  # by the kind of error the learner's walk raised (autogradlab.tracebacks.ERROR_KINDS)
+    "recursion": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes "
     "deep: walk with a stack (a list you push next_functions onto) and a loop.",
-    "'NoneType' object has no attribute": "next_functions holds (None, 0) for an input that needs no gradient "
+    "none_value": "next_functions holds (None, 0) for an input that needs no gradient "
     "(a constant factor): skip those entries.",
-    "Boolean value of Tensor": "`t in list_of_tensors` compares values element by element; compare identities "
+    "ambiguous_bool": "`t in list_of_tensors` compares values element by element; compare identities "
     "instead, e.g. a set of id(p) for p in model.parameters().",
-    "must match the size of tensor b": "`t in list_of_tensors` compares values element by element (and fails on "
+    "size_mismatch": "`t in list_of_tensors` compares values element by element (and fails on "
     "different shapes); compare identities instead, e.g. a set of id(p) for p in "
     "model.parameters().",
 }
@@ -782,7 +784,7 @@ def check_untrained_leaves(untrained_leaves) -> None:
                 no_autograd=True,
             )
         except ExerciseError as error:
-            hint = next((h for text, h in LEAF_ERROR_HINTS.items() if text in str(error)), None)
+            hint = hint_for(str(error), LEAF_ERROR_HINTS)
             if hint and "Hint:" not in str(error):
                 raise ExerciseError(f"{error}\nHint: {hint}") from None
             raise

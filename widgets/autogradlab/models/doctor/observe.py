@@ -18,9 +18,7 @@ and every wrapped function restored, also when the step raised.
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,22 +27,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from autogradlab import torch_internals as internals
+from autogradlab.graph.traverse import walk
 from autogradlab.models.doctor.findings import UNDONE_FRACTION, UPDATE_RATIO_MIN_NUMEL
+from autogradlab.tracebacks import error_frames, learner_frames, stack_frames
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY_DIRS = tuple(
-    {os.path.abspath(p) for p in (_PACKAGE_DIR, os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"])}
-)
-MODE_MODULES = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+MODE_MODULES = internals.MODE_MODULES
 _CLIP_NAMES = {
     "torch.nn.utils": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_"),
-    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "_clip_grads_with_norm_"),
+    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", internals.CLIP_WITH_NORM_PRIVATE),
 }
 
 
 def learner_line(frames: list[traceback.FrameSummary]) -> str:
     """``line N: `code``` for the last frame that is the learner's (not torch, not this package)."""
-    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(_LIBRARY_DIRS)]
+    mine = learner_frames(frames)
     if not mine:
         return "inside torch"
     last = mine[-1]
@@ -52,9 +49,9 @@ def learner_line(frames: list[traceback.FrameSummary]) -> str:
 
 
 def graph_leaves(output: Any) -> list[torch.Tensor]:
-    """The leaf tensors (AccumulateGrad nodes) that backward from ``output`` reaches, in walk order.
+    """The leaf tensors (AccumulateGrad nodes) that backward from ``output`` reaches, in engine order.
 
-    An iterative walk over ``grad_fn.next_functions``; it still works after backward,
+    Uses the graph layer's walk (the one graph walker): it still works after backward,
     which frees saved tensors but keeps the graph's structure.
 
     >>> w = torch.ones(2, requires_grad=True)
@@ -63,18 +60,13 @@ def graph_leaves(output: Any) -> list[torch.Tensor]:
     """
     if not isinstance(output, torch.Tensor) or output.grad_fn is None:
         return []
-    stack, seen, nodes, leaves, leaf_ids = [output.grad_fn], set(), [], [], set()
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        nodes.append(fn)  # keeps fn alive so its id cannot be reused during the walk
+    nodes, _, _ = walk([output])
+    leaves, leaf_ids = [], set()
+    for fn in nodes:
         variable = getattr(fn, "variable", None)
         if isinstance(variable, torch.Tensor) and id(variable) not in leaf_ids:
             leaf_ids.add(id(variable))
             leaves.append(variable)
-        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
     return leaves
 
 
@@ -319,14 +311,14 @@ class Observer:
 
     def _snapshot(self) -> dict[int, tuple[torch.Tensor, int]]:
         with torch.no_grad():
-            return {k: (t.tensor.detach().clone(), t.tensor._version) for k, t in self.tracked.items()}
+            return {k: (t.tensor.detach().clone(), internals.version(t.tensor)) for k, t in self.tracked.items()}
 
     def _close_interval(self) -> None:
         """Values that changed since the last snapshot outside optimizer.step() with no version bump."""
         step = self._current
         for k, (before, version) in self._last.items():
             t = self.tracked[k].tensor
-            if t._version == version and not _same(before, t.detach()):
+            if internals.version(t) == version and not _same(before, t.detach()):
                 change = float((t.detach().double() - before.double()).abs().nan_to_num().max())
                 step.bypass[self.tracked[k].name] = max(change, step.bypass.get(self.tracked[k].name, 0.0))
         self._last = {}
@@ -392,7 +384,7 @@ class Observer:
             with torch.no_grad():
                 for group in optimizer.param_groups:
                     for p in group["params"]:
-                        self._pre[id(p)] = (p.detach().clone(), p._version)
+                        self._pre[id(p)] = (p.detach().clone(), internals.version(p))
                         self._pre_grad[id(p)] = _usable_grad(p.grad, p)
                         if p.grad is None or not bool(p.grad.any()):
                             self._pre_empty.add(id(p))
@@ -461,7 +453,7 @@ class Observer:
                     kwargs["parameters"] = params
             tensors = [params] if isinstance(params, torch.Tensor) else list(params or [])
             scaled = self._still_scaled(tensors)
-            line = learner_line(traceback.extract_stack()[:-1])
+            line = learner_line(stack_frames()[:-1])
             clip = Clip(label, scaled, line)
             self._current.clips.append(clip)
             self._in_clip += 1
@@ -587,7 +579,7 @@ class Observer:
             out = train_step(batch)
         except Exception as exc:  # the learner's bug: recorded as a finding, not a crash
             step.raised = f"{type(exc).__name__}: {exc}"
-            step.where_raised = learner_line(traceback.extract_tb(exc.__traceback__))
+            step.where_raised = learner_line(error_frames(exc))
         finally:
             if self._last:
                 self._close_interval()
