@@ -77,16 +77,7 @@ CONCEPTS = {
     "flattening parameters or gradients": (
         flatteners,
         set(),
-        {
-            "checks/ch07.py",
-            "checks/ch08.py",
-            "models/loss_scale.py",
-            "models/ddp_demo.py",
-            "models/token_accumulation.py",
-            "models/experiments/clip.py",
-            "models/experiments/accumulation_rounding.py",
-            "models/experiments/underflow.py",
-        },
+        set(),
     ),
 }
 

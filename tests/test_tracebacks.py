@@ -140,6 +140,23 @@ def _recursion():
         sys.setrecursionlimit(limit)
 
 
+def _scaler(misuse: str):
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    loss = model(torch.ones(1, 2)).sum()
+    if misuse == "never_scaled":
+        loss.backward()
+        scaler.unscale_(optimizer)
+    elif misuse == "unscaled_twice":
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)
+    else:  # no_inf_checks: scaled, but the scaled loss never reached the gradients
+        scaler.scale(loss)
+        scaler.step(optimizer)
+
+
 RAISERS = {
     "freed": _freed,
     "stale": _stale,
@@ -152,6 +169,9 @@ RAISERS = {
     "none_value": _none_value,
     "not_iterable": _not_iterable,
     "recursion": _recursion,
+    "scaler_unscaled_twice": lambda: _scaler("unscaled_twice"),
+    "scaler_never_scaled": lambda: _scaler("never_scaled"),
+    "scaler_no_inf_checks": lambda: _scaler("no_inf_checks"),
 }
 
 

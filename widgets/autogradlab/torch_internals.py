@@ -39,6 +39,7 @@ __all__ = [
     "TorchDispatchMode",
     "TorchFunctionMode",
     "tree_leaves",
+    "ATEN_TO_COPY",
     "functorch_transform_entry_points",
     "engine_patch_points",
     "execution_engine",
@@ -151,6 +152,11 @@ def input_metadata(fn: Any) -> tuple:
 # pure Python. tree_leaves (torch.utils._pytree) flattens an op's nested arguments.
 # TorchFunctionMode is importable from torch.overrides but not in its documented API.
 TorchFunctionMode = torch.overrides.TorchFunctionMode
+
+# The aten op every dtype conversion (``.to(dtype)``, ``.half()``, autocast's casts) runs:
+# counting it under a TorchDispatchMode counts the casts autocast inserts. The op has no
+# public name (``aten.to`` is a composite that dispatches to it).
+ATEN_TO_COPY = torch.ops.aten._to_copy.default
 
 
 # --------------------------------------------------------------------------- entry points the checkers switch off

@@ -104,6 +104,12 @@ ERROR_KINDS: dict[str, re.Pattern] = {
     "not_iterable": re.compile(r"'tuple' object|not iterable"),
     # a recursive walk over a deep graph
     "recursion": re.compile(r"recursion", re.IGNORECASE),
+    # GradScaler: unscale_ called twice for one optimizer before update()
+    "scaler_unscaled_twice": re.compile(r"unscale_\(\) has already been called"),
+    # GradScaler: unscale_ (or step) before any scaler.scale(loss) this iteration
+    "scaler_never_scaled": re.compile(r"_scale is None"),
+    # GradScaler: step found no inf/NaN record (no scaled backward reached this optimizer's gradients)
+    "scaler_no_inf_checks": re.compile(r"No inf checks were recorded"),
 }
 _VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 

@@ -19,9 +19,11 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare, passed, seeded
 from autogradlab.models import token_accumulation
+from autogradlab.tracebacks import hint_for
 
 # --------------------------------------------------------------------------- shared: what the learner's code did
 
@@ -110,12 +112,11 @@ def _one_backward_per_micro_batch(trace: _Trace, name: str, label: str, needed: 
 
 
 def _flat_params(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+    return parameters_to_vector(model.parameters()).detach()
 
 
 def _flat_grads(model) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
-                      for p in model.parameters()])
+    return parameters_to_vector(p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()).detach()
 
 
 def _grads_cleared(model) -> bool:
@@ -440,7 +441,7 @@ def _window_reference_one_pass(seed: int) -> tuple[torch.Tensor, float]:
     total = sum((_per_token_ce(model, f, t) * m).sum() for f, t, m in batches)
     loss = total / sum(int(m.sum()) for _, _, m in batches)
     grads = torch.autograd.grad(loss, list(model.parameters()))
-    return torch.cat([g.reshape(-1) for g in grads]), loss.item()
+    return parameters_to_vector(grads), loss.item()
 
 
 def check_token_mean_window(accumulate_token_mean: Callable) -> None:
@@ -677,7 +678,7 @@ def _true_grad_norm(seed: int, input_scale: float) -> float:
     """The float32 norm of the window's mean gradient: is the clip threshold above or below it?"""
     model, _, _, micro = _amp_setup(seed, input_scale, False)
     loss = sum(F.mse_loss(model(x), y) for x, y in micro) / len(micro)
-    return float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(model.parameters()))])))
+    return float(torch.linalg.vector_norm(parameters_to_vector(torch.autograd.grad(loss, list(model.parameters())))))
 
 
 def _record_calls(scaler, log: list) -> None:
@@ -714,20 +715,21 @@ def _run_amp(fn, seed, input_scale, overflow, call=None):
     return _flat_params(model) - start, scaler, model, len(calls), trace, micro
 
 
+_SCALER_ERROR_HINTS = {
+    "scaler_unscaled_twice": "unscale once per optimizer step, at the boundary: after the LAST micro-batch's backward, "
+    "right before clipping.",
+    "scaler_never_scaled": "backpropagate the scaled loss: scaler.scale(loss).backward().",
+    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
+    "gradients that came from scaler.scale(loss).backward().",
+}
+
+
 def _call_amp(fn, args, label):
     try:
         return call_learner(fn, args, "amp_accumulation_step", label)
     except ExerciseError as error:
-        text = str(error)
-        if "unscale_() has already been called" in text:
-            text += ("\nHint: unscale once per optimizer step, at the boundary: after the LAST micro-batch's backward, "
-                     "right before clipping.")
-        elif "_scale is None" in text:
-            text += "\nHint: backpropagate the scaled loss: scaler.scale(loss).backward()."
-        elif "No inf checks were recorded" in text:
-            text += ("\nHint: scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
-                     "gradients that came from scaler.scale(loss).backward().")
-        raise ExerciseError(text) from None
+        hint = hint_for(error, _SCALER_ERROR_HINTS)
+        raise ExerciseError(str(error) + (f"\nHint: {hint}" if hint else "")) from None
 
 
 def _check_scaler_order(calls: list[str], label: str) -> None:

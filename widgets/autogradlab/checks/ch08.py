@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, passed, seeded
 
@@ -268,7 +269,7 @@ def _part_norms(seed: int, batch) -> tuple[float, float]:
     """‖g‖ of each part at the starting weights for the first batch (fp32): the clip thresholds are set from them."""
     model, _, _ = _two_optimizer_setup(seed, False, 1.0, 1)
     F.mse_loss(model(batch[0]), batch[1]).backward()
-    return tuple(float(torch.cat([p.grad.reshape(-1) for p in model[i].parameters()]).norm()) for i in (0, 2))
+    return tuple(float(parameters_to_vector(p.grad for p in model[i].parameters()).norm()) for i in (0, 2))
 
 
 _TWO_OPTIMIZER_CASES = [
@@ -326,7 +327,7 @@ def _run_two(fn: Callable, case, *, learner: bool, name: str = "two_optimizer_st
                                       "mixed precision keeps fp32 weights, autocast only casts copies")
         record["losses"].append(loss)
         record["scales"].append(None if scaler is None else scaler.get_scale())
-        record["params"].append(torch.cat([p.detach().reshape(-1).double() for p in model.parameters()]))
+        record["params"].append(parameters_to_vector(model.parameters()).detach().double())
         record["steps"].append([0, 0])
     record["steps"] = record["steps"][:-1]
     return record

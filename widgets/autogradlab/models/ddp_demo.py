@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.models.token_accumulation import TokenBatch, full_batch_gradient, token_batch, token_losses, token_model
 
@@ -60,7 +61,7 @@ def _shard(batch: TokenBatch, rank: int, world: int) -> TokenBatch:
 
 
 def _grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()])
+    return parameters_to_vector(p.grad for p in model.parameters())
 
 
 def _count_allreduces(model) -> list:
@@ -219,7 +220,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _flat(grad_model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in grad_model.parameters()])
+    return parameters_to_vector(p.grad for p in grad_model.parameters())
 
 
 def compare(ranks: list[dict]) -> dict[str, float]:

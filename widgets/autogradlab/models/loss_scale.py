@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504 = (2 − 2⁻¹⁰)·2¹⁵
 FP16_MIN_NORMAL = float(torch.finfo(torch.float16).tiny)  # 2⁻¹⁴
@@ -202,5 +203,5 @@ def example_gradients(seed: int = 0, batch: int = 128, width: int = 64, depth: i
             h = torch.relu(h)
     target = h.detach() + residual * torch.randn(batch, width, generator=gen)
     torch.nn.functional.mse_loss(h, target).backward()
-    grads = torch.cat([t.grad.reshape(-1) for t in outputs] + [layer.weight.grad.reshape(-1) for layer in layers]).abs()
+    grads = parameters_to_vector([t.grad for t in outputs] + [layer.weight.grad for layer in layers]).abs()
     return grads[grads > 0].detach()

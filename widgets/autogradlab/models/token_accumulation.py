@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 REDUCTIONS = ("sum", "mean", "mean (no ÷K)", "token-mean")
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -137,7 +138,7 @@ def token_weights(batch: TokenBatch, accum_steps: int, reduction: str) -> list[f
 
 
 def _flat_grad(model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1).double() for p in model.parameters()])
+    return parameters_to_vector(p.grad for p in model.parameters()).double()
 
 
 def accumulated_gradient(model, batch: TokenBatch, accum_steps: int, reduction: str) -> torch.Tensor:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
 
@@ -74,7 +75,7 @@ def accumulation_table(result) -> str:
 
 
 def _flat_grads(model) -> torch.Tensor:
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).double()
+    return parameters_to_vector(p.grad for p in model.parameters()).double()
 
 
 def _micro_backward(model, xs, ys, k: int, autocast_dtype) -> None:

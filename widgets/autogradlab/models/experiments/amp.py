@@ -113,13 +113,13 @@ def count_casts(fn) -> int:
     >>> count_casts(lambda: torch.ones(2).to(torch.float16) + 1)
     1
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from autogradlab.torch_internals import ATEN_TO_COPY, TorchDispatchMode
 
     class _Casts(TorchDispatchMode):
         count = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._to_copy.default:
+            if func is ATEN_TO_COPY:
                 _Casts.count += 1
             return func(*args, **(kwargs or {}))
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
 
@@ -123,7 +124,7 @@ def one_step(model, x, y, optimizer: str, order: str, max_norm: float, scale: fl
     params = list(model.parameters())
     opt = OPTIMIZERS[optimizer](params)
     scaler = torch.amp.GradScaler(x.device.type, init_scale=scale)
-    start = torch.cat([p.detach().reshape(-1) for p in params])
+    start = parameters_to_vector(params).detach()
     opt.zero_grad(set_to_none=True)
     scaler.scale(F.mse_loss(model(x), y)).backward()
     seen = None
@@ -133,12 +134,12 @@ def one_step(model, x, y, optimizer: str, order: str, max_norm: float, scale: fl
         seen = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     scaler.step(opt)
     scaler.update()
-    return torch.cat([p.detach().reshape(-1) for p in params]) - start, seen
+    return parameters_to_vector(params).detach() - start, seen
 
 
 def _grad_norm(model, x, y) -> float:
     grads = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
-    return float(torch.cat([g.reshape(-1) for g in grads]).norm())
+    return float(parameters_to_vector(grads).norm())
 
 
 def run_clip(device="auto", preset: str = "auto", *, sweep_widths=None, progress_bar: bool = False) -> ClipResult:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autogradlab.models.experiments.common import experiment_device, markdown_table
+from autogradlab.torch_internals import version
 
 
 @dataclass
@@ -38,7 +39,7 @@ def inplace_table(result) -> str:
 def _add_to_saved(x, w1, w2):
     a = torch.relu(x @ w1)  # relu saves its output a; a @ w2 saves a too
     out = a @ w2
-    saved_version = a._version
+    saved_version = version(a)
     a.add_(1.0)
     return out, a, saved_version
 
@@ -46,21 +47,21 @@ def _add_to_saved(x, w1, w2):
 def _add_fixed(x, w1, w2):
     a = torch.relu(x @ w1)
     out = a @ w2
-    saved_version = a._version
+    saved_version = version(a)
     a = a + 1.0  # a new tensor: the saved one is untouched
     return out, a, saved_version
 
 
 def _relu_on_sigmoid(x, w1, w2):
     s = torch.sigmoid(x @ w1)  # sigmoid saves its output s
-    saved_version = s._version
+    saved_version = version(s)
     s.relu_()  # values are all positive, so unchanged; the version still moves
     return s @ w2, s, saved_version
 
 
 def _relu_fixed(x, w1, w2):
     s = torch.sigmoid(x @ w1)
-    saved_version = s._version
+    saved_version = version(s)
     s = torch.relu(s)
     return s @ w2, s, saved_version
 
@@ -68,7 +69,7 @@ def _relu_fixed(x, w1, w2):
 def _relu_on_matmul_output(x, w1, w2):
     h = x @ w1  # mm saves x and w1, not h: changing h in place is safe
     h.relu_()  # relu_ saves its result, h at version 1, and h @ w2 saves h at version 1
-    return h @ w2, h, h._version
+    return h @ w2, h, version(h)
 
 
 CASES = [
@@ -97,7 +98,7 @@ def run_inplace(device="auto", preset: str = "auto", *, progress_bar: bool = Fal
         a1 = w1.clone().requires_grad_(True)
         a2 = w2.clone().requires_grad_(True)
         out, changed, saved_version = broken(x, a1, a2)
-        case = {"name": name, "code": code, "version_when_saved": int(saved_version), "version_at_backward": int(changed._version),
+        case = {"name": name, "code": code, "version_when_saved": int(saved_version), "version_at_backward": int(version(changed)),
                 "raised": False, "error_type": None, "message": None}
         try:
             out.sum().backward()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.models.experiments.common import (
     FP16_MAX,
@@ -103,7 +104,7 @@ def _fp16_forward_in_fp32(model, x):
 def _weight_grads_of_fp16_forward(model, x, target) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     F.mse_loss(_fp16_forward_in_fp32(model, x), target).backward()
-    return torch.cat([m.weight.grad.reshape(-1) for m in model if isinstance(m, torch.nn.Linear)])
+    return parameters_to_vector(m.weight.grad for m in model if isinstance(m, torch.nn.Linear))
 
 
 def _activation_grads(model, x, target, scale: float, autocast: bool):
@@ -122,8 +123,8 @@ def _activation_grads(model, x, target, scale: float, autocast: bool):
     finally:
         for h in handles:
             h.remove()
-    weights = torch.cat([m.weight.grad.reshape(-1) for m in model if isinstance(m, torch.nn.Linear)])
-    return torch.cat([g.reshape(-1) for g in grads]), weights
+    weights = parameters_to_vector(m.weight.grad for m in model if isinstance(m, torch.nn.Linear))
+    return parameters_to_vector(grads), weights
 
 
 def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES, progress_bar: bool = False) -> UnderflowResult:
