@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare, passed, seeded
+from autogradlab.checks.stateful import recorded_scaler_calls
 from autogradlab.models import token_accumulation
 from autogradlab.tracebacks import hint_for
 
@@ -226,13 +227,8 @@ def _run_loop(fn, seed: int, count: int, accum_steps: int, call=None):
     model = _loop_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     step_grads = []
-    original = optimizer.step
-
-    def recording_step(*args, **kwargs):
-        step_grads.append(_flat_grads(model))
-        return original(*args, **kwargs)
-
-    optimizer.step = recording_step
+    # the gradient each optimizer.step() is about to apply (also when the learner calls the class's step)
+    hook = optimizer.register_step_pre_hook(lambda *_: step_grads.append(_flat_grads(model)))
     _stale_gradients(model, seed)
     batches = _micro_batches(seed, count)
     trace = _Trace(model)
@@ -241,6 +237,7 @@ def _run_loop(fn, seed: int, count: int, accum_steps: int, call=None):
         call(fn, args) if call else fn(*args)
     finally:
         trace.remove()
+        hook.remove()
     return step_grads, trace, model, batches
 
 
@@ -681,38 +678,20 @@ def _true_grad_norm(seed: int, input_scale: float) -> float:
     return float(torch.linalg.vector_norm(parameters_to_vector(torch.autograd.grad(loss, list(model.parameters())))))
 
 
-def _record_calls(scaler, log: list) -> None:
-    """Log the scaler's calls in order (instance attributes shadow the methods for this one object)."""
-    for method in ("scale", "unscale_", "step", "update"):
-        original = getattr(scaler, method)
-
-        def recorded(*args, _original=original, _method=method, **kwargs):
-            log.append(_method)
-            return _original(*args, **kwargs)
-
-        setattr(scaler, method, recorded)
-
-
 def _run_amp(fn, seed, input_scale, overflow, call=None):
     model, optimizer, scaler, micro = _amp_setup(seed, input_scale, overflow)
-    calls = []
-    original = optimizer.step
-
-    def counting_step(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    optimizer.step = counting_step
-    scaler.calls = []
-    _record_calls(scaler, scaler.calls)
+    steps = []
+    hook = optimizer.register_step_post_hook(lambda *_: steps.append(1))  # scaler.step's call counts too
     start = _flat_params(model)
     trace = _Trace(model, dtype_of=model[0])
     try:
-        args = (model, optimizer, scaler, micro, MAX_NORM)
-        call(fn, args) if call else fn(*args)
+        with recorded_scaler_calls(scaler) as scaler_calls:
+            args = (model, optimizer, scaler, micro, MAX_NORM)
+            call(fn, args) if call else fn(*args)
     finally:
         trace.remove()
-    return _flat_params(model) - start, scaler, model, len(calls), trace, micro
+        hook.remove()
+    return _flat_params(model) - start, scaler, model, len(steps), trace, micro, scaler_calls
 
 
 _SCALER_ERROR_HINTS = {
@@ -786,11 +765,11 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
             f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
         label = (f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), "
                  + ("one micro-batch with an inf input (overflow)" if overflow else clip))
-        got, scaler, model, steps, trace, _ = _run_amp(
+        got, scaler, model, steps, trace, _, scaler_calls = _run_amp(
             amp_accumulation_step, seed, input_scale, overflow, lambda fn, args: _call_amp(fn, args, label))
         _check_amp_trace(trace, label)
         _one_backward_per_micro_batch(trace, name, label, 3, 3)
-        _check_scaler_order(scaler.calls, label)
+        _check_scaler_order(scaler_calls, label)
         if overflow:
             if not torch.isfinite(got).all() or got.abs().max() > 0:
                 raise ExerciseError(
@@ -809,7 +788,7 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
                     f"optimizer.step() ran {steps} times for {label}; expected once.\nHint: one optimizer step per "
                     "window, through scaler.step(optimizer), after the last micro-batch."
                 )
-            expected, ref_scaler, _, _, _, _ = _run_amp(_amp_reference, seed, input_scale, False)
+            expected, ref_scaler, *_ = _run_amp(_amp_reference, seed, input_scale, False)
             wrong = {hint: _run_amp(fn, seed, input_scale, False)[0] for hint, fn in AMP_MISTAKES.items()}
             compare(got, expected, what="the parameter update", label=label, context={"accum_steps": 3}, mistakes=wrong)
             if scaler.get_scale() != ref_scaler.get_scale():
