@@ -13,8 +13,8 @@ so this is the one place that wraps a scaler's methods, for one object, and undo
 ...     scaler.scale(model(torch.ones(1, 2)).sum()).backward()
 ...     scaler.step(optimizer)
 ...     scaler.update()
->>> calls, "step" in vars(scaler)
-(['scale', 'step', 'update'], False)
+>>> calls, "step" in vars(scaler)  # scaler.step unscales itself when the learner did not
+(['scale', 'step', 'unscale_', 'update'], False)
 """
 
 from __future__ import annotations
