@@ -17,8 +17,9 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
+from autogradlab.checks.stateful import Snapshot, differences, run_variants, snapshot, variants
 from autogradlab.models import train_state
-from autogradlab.models.train_state import Snapshot, module_mode, snapshot
+from autogradlab.models.train_state import module_mode
 from autogradlab.torch_internals import version
 from autogradlab.tracebacks import is_kind
 
@@ -50,34 +51,6 @@ def _course_helpers_off(names: tuple[str, ...], what: str) -> Iterator[None]:
     finally:
         for (owner, name), original in saved.items():
             setattr(owner, name, original)
-
-
-def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    # Loose enough for clipping by hand without clip_grad_norm_'s 1e-6 in the denominator.
-    if a is None or b is None:
-        return a is None and b is None
-    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-9)
-
-
-def _differences(got: Snapshot, expected: Snapshot) -> list[str]:
-    """The states (of the six) in which two snapshots of the same model differ."""
-    out = []
-    if not all(_close(got.grads[n], expected.grads[n]) for n in expected.grads):
-        out.append(".grad")
-    if not all(_close(got.params[n], expected.params[n]) for n in expected.params):
-        out.append("parameter values")
-    for name, state in expected.optimizer.items():
-        mine = got.optimizer[name]
-        if (state is None) != (mine is None) or (
-            state and (state.keys() != mine.keys() or not all(_close(mine[k], state[k]) for k in state))
-        ):
-            out.append("optimizer state")
-            break
-    if got.mode != expected.mode:
-        out.append("module mode")
-    if got.rng != expected.rng:
-        out.append("RNG state")
-    return out
 
 
 def _flat_params(model) -> torch.Tensor:
@@ -216,6 +189,9 @@ TRAIN_STEP_MISTAKES = {
 }
 
 
+TRAIN_STEP_VARIANTS = variants(_variant, TRAIN_STEP_MISTAKES)
+
+
 def _number(value, label: str, what: str) -> float:
     if isinstance(value, torch.Tensor):
         if value.grad_fn is not None or value.requires_grad:
@@ -319,10 +295,15 @@ def check_train_step(train_step: Callable) -> None:
         return _call_step(fn, args, "train_step", f"step {i + 1}")
 
     for seed, max_norm, setting in STEP_SETUPS:
-        reference = _run_steps(_reference_step, seed, max_norm)
-        mine = _run_steps(train_step, seed, max_norm, call)
-        wrong = {kind: _run_steps(_variant(kind), seed, max_norm) for kind in TRAIN_STEP_MISTAKES}
-        for i, (got, ref) in enumerate(zip(mine, reference)):
+        runs = run_variants(
+            lambda step, call=None: _run_steps(step, seed, max_norm, call),
+            train_step,
+            _reference_step,
+            TRAIN_STEP_VARIANTS,
+            call=call,
+        )
+        mine = runs.learner
+        for i, (got, ref) in enumerate(zip(mine, runs.reference)):
             label = f"step {i + 1} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)"
             if got.batch_changed:
                 raise ExerciseError(
@@ -335,13 +316,14 @@ def check_train_step(train_step: Callable) -> None:
                     f"after `train_step` the model is in {got.state.mode} mode for {label}.\n"
                     f"Hint: {TRAIN_STEP_MISTAKES['eval']}"
                 )
-            differ = _differences(got.state, ref.state)
+            differ = differences(got.state, ref.state)
             if differ:
-                for kind, hint in TRAIN_STEP_MISTAKES.items():
-                    if all(not _differences(m.state, w.state) for m, w in zip(mine, wrong[kind])):
-                        raise ExerciseError(
-                            f"after {label}, these states differ from the reference: {', '.join(differ)}.\nHint: {hint}"
-                        )
+                closest = runs.closest(lambda m, w: all(not differences(a.state, b.state) for a, b in zip(m, w)))
+                if closest:
+                    raise ExerciseError(
+                        f"after {label}, these states differ from the reference: {', '.join(differ)}.\n"
+                        f"Hint: {closest.hint}"
+                    )
                 hint = (
                     "step through your function with TrainStepInspector(train_step) and compare each line's "
                     "changes with the state table at the top of the chapter."

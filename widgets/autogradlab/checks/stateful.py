@@ -1,5 +1,21 @@
 """What the stateful checkers (chapters 06–09) share: run a learner's training step and watch it.
 
+One primitive, :func:`run_variants`: the reference step, the learner's step and named
+:class:`Variant` s (mutants of the reference, each one typical slip with the hint that
+names it) each run on a fresh seeded setup that a factory builds, so all of them start
+from the same state. The caller compares what the runs left behind (parameters,
+``.grad``, optimizer state, module modes, RNG, returned values: :func:`snapshot`
+captures them, :func:`differences` names which differ) and, when the learner's result
+differs from the reference's, :meth:`Runs.closest` names the variant that did the same.
+
+>>> def run(step, call=None):  # a fresh setup per run; here a number stands for the model
+...     return call(step, (3.0,)) if call else step(3.0)
+>>> slips = variants(lambda name: {"add": lambda x: x + 2, "square": lambda x: x**2}[name],
+...                  {"add": "doubling is x * 2, not x + 2", "square": "doubling is x * 2, not x ** 2"})
+>>> runs = run_variants(run, lambda x: x**2, lambda x: x * 2, slips)
+>>> runs.reference, runs.learner, runs.closest(lambda got, wrong: got == wrong).hint
+(6.0, 9.0, 'doubling is x * 2, not x ** 2')
+
 :func:`recorded_scaler_calls` logs the calls a ``GradScaler`` receives, in order.
 ``torch.optim.Optimizer`` has public step hooks (``register_step_pre_hook`` /
 ``register_step_post_hook``): use those to watch an optimizer. ``GradScaler`` has none,
@@ -20,9 +36,112 @@ so this is the one place that wraps a scaler's methods, for one object, and undo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+from autogradlab.models.train_state import Snapshot, snapshot
+
+# --------------------------------------------------------------------------- variants of a step
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A mutant of the reference step: ``step`` makes one typical slip, ``hint`` names it for the learner."""
+
+    name: str
+    hint: str
+    step: Callable
+
+
+def variants(make: Callable[[str], Callable], hints: Mapping[str, str]) -> tuple[Variant, ...]:
+    """One :class:`Variant` per ``name: hint``, its step built by ``make(name)`` (the reference with that slip).
+
+    >>> [v.name for v in variants(lambda name: print, {"no_zero": "zero the gradients", "no_clip": "clip"})]
+    ['no_zero', 'no_clip']
+    """
+    return tuple(Variant(name, hint, make(name)) for name, hint in hints.items())
+
+
+@dataclass
+class Runs:
+    """What :func:`run_variants` ran: the reference's, the learner's and each variant's result (by name)."""
+
+    reference: Any
+    learner: Any
+    by_variant: dict[str, tuple[Variant, Any]] = field(default_factory=dict)
+
+    def closest(self, same: Callable[[Any, Any], bool]) -> Variant | None:
+        """The first variant (in the order given) whose result ``same(learner's, variant's)`` accepts, or None."""
+        return next((variant for variant, result in self.by_variant.values() if same(self.learner, result)), None)
+
+    def results_by_hint(self, keep: Callable[[Any], bool] = lambda result: True) -> dict[str, Any]:
+        """``{hint: result}`` of the variants whose result ``keep`` accepts (``mistakes=`` of ``checks.core.compare``)."""
+        return {variant.hint: result for variant, result in self.by_variant.values() if keep(result)}
+
+
+def run_variants(
+    run: Callable[..., Any],
+    learner: Callable,
+    reference: Callable,
+    variants: tuple[Variant, ...] = (),
+    *,
+    call: Callable | None = None,
+) -> Runs:
+    """Run ``reference``, ``learner`` and each variant through ``run(step)`` and keep what each left behind.
+
+    ``run(step, call=None)`` builds a fresh seeded setup (a factory: model, optimizer, data),
+    runs ``step`` on it and returns what the check compares (a :func:`snapshot`, the returned
+    values, ...). The learner's step is run with ``call`` (usually ``call_learner`` with the
+    exercise's name and label), the course's own steps plainly.
+    """
+    runs = Runs(reference=run(reference), learner=run(learner, call=call))
+    for variant in variants:
+        runs.by_variant[variant.name] = (variant, run(variant.step))
+    return runs
+
+
+# --------------------------------------------------------------------------- comparing states
+
+
+def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    # Loose enough for clipping by hand without clip_grad_norm_'s 1e-6 in the denominator.
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-9)
+
+
+def differences(got: Snapshot, expected: Snapshot) -> list[str]:
+    """The states in which two snapshots of the same model differ (``.grad``, parameters, optimizer, mode, RNG).
+
+    >>> model = torch.nn.Linear(2, 1)
+    >>> before = snapshot(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    >>> _ = model.eval()
+    >>> differences(snapshot(model, torch.optim.SGD(model.parameters(), lr=0.1)), before)
+    ['module mode']
+    """
+    out = []
+    if not all(_close(got.grads[n], expected.grads[n]) for n in expected.grads):
+        out.append(".grad")
+    if not all(_close(got.params[n], expected.params[n]) for n in expected.params):
+        out.append("parameter values")
+    for name, state in expected.optimizer.items():
+        mine = got.optimizer[name]
+        if (state is None) != (mine is None) or (
+            state and (state.keys() != mine.keys() or not all(_close(mine[k], state[k]) for k in state))
+        ):
+            out.append("optimizer state")
+            break
+    if got.mode != expected.mode:
+        out.append("module mode")
+    if got.rng != expected.rng:
+        out.append("RNG state")
+    return out
+
+
+# --------------------------------------------------------------------------- observing a GradScaler
 
 SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
@@ -50,4 +169,14 @@ def recorded_scaler_calls(scaler: torch.amp.GradScaler, methods=SCALER_METHODS) 
             vars(scaler).pop(method, None)
 
 
-__all__ = ["SCALER_METHODS", "recorded_scaler_calls"]
+__all__ = [
+    "SCALER_METHODS",
+    "Runs",
+    "Snapshot",
+    "Variant",
+    "differences",
+    "recorded_scaler_calls",
+    "run_variants",
+    "snapshot",
+    "variants",
+]
