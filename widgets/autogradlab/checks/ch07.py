@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare, passed, seeded
-from autogradlab.checks.stateful import recorded_scaler_calls
+from autogradlab.checks.stateful import recorded_scaler_calls, run_variants, variants
 from autogradlab.models import token_accumulation
 from autogradlab.tracebacks import hint_for
 
@@ -181,7 +181,7 @@ def _reference_loop(model, optimizer, loss_fn, micro_batches, accum_steps):
 
 
 def _loop_variant(kind: str):
-    """The typical wrong loops; each one's hint is in LOOP_MISTAKES."""
+    """The typical wrong loops; each one's hint is in LOOP_VARIANTS."""
 
     def loop(model, optimizer, loss_fn, micro_batches, accum_steps):
         if kind != "stale_kept":
@@ -203,20 +203,32 @@ def _loop_variant(kind: str):
     return loop
 
 
-LOOP_MISTAKES = {
-    "the loss was not divided by the window size: the accumulated gradient is K× the window's mean gradient, "
-    "which acts like a K× larger learning rate.": _loop_variant("no_divide"),
-    "the loss was divided by the number of micro-batches in the whole list, not by the size of its window.":
-        _loop_variant("divide_total"),
-    "the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum "
-    "divided by ITS size (count the window's micro-batches before its first backward).": _loop_variant("partial_by_k"),
-    "the gradients were cleared before every micro-batch, so only the window's last micro-batch counted: "
-    "zero_grad once per window.": _loop_variant("zero_each"),
-    "the gradients were never cleared after a step, so each window added to the previous window's gradients: "
-    "call optimizer.zero_grad(set_to_none=True) after optimizer.step().": _loop_variant("never_zero"),
-    "the stale gradients that were in .grad before the call went into the first step: clear the gradients before the "
-    "first micro-batch (optimizer.zero_grad(set_to_none=True)), not only after each step.": _loop_variant("stale_kept"),
-}
+LOOP_VARIANTS = variants(
+    _loop_variant,
+    {
+        "no_divide": (
+            "the loss was not divided by the window size: the accumulated gradient is K× the window's mean gradient, "
+            "which acts like a K× larger learning rate."
+        ),
+        "divide_total": "the loss was divided by the number of micro-batches in the whole list, not by the size of its window.",
+        "partial_by_k": (
+            "the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum "
+            "divided by ITS size (count the window's micro-batches before its first backward)."
+        ),
+        "zero_each": (
+            "the gradients were cleared before every micro-batch, so only the window's last micro-batch counted: "
+            "zero_grad once per window."
+        ),
+        "never_zero": (
+            "the gradients were never cleared after a step, so each window added to the previous window's gradients: "
+            "call optimizer.zero_grad(set_to_none=True) after optimizer.step()."
+        ),
+        "stale_kept": (
+            "the stale gradients that were in .grad before the call went into the first step: clear the gradients before the "
+            "first micro-batch (optimizer.zero_grad(set_to_none=True)), not only after each step."
+        ),
+    },
+)
 
 # (number of micro-batches, accum_steps): windows of 4+4; 3+3+1; 4+2 (the last window shorter in two set-ups)
 LOOP_SETUPS = ((0, 8, 4), (1, 7, 3), (2, 6, 4))
@@ -256,9 +268,14 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
         label = (f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; "
                  f"stale gradients in .grad before the call; MSE mean loss, SGD, float64)")
         fresh = _micro_batches(seed, count)
-        got, trace, model, batches = _run_loop(
-            accumulation_loop, seed, count, k, call=lambda fn, args: call_learner(fn, args, "accumulation_loop", label)
+        runs = run_variants(
+            lambda step, call=None: _run_loop(step, seed, count, k, call=call),
+            accumulation_loop,
+            _reference_loop,
+            LOOP_VARIANTS,
+            call=lambda fn, args: call_learner(fn, args, "accumulation_loop", label),
         )
+        got, trace, model, batches = runs.learner
         _inputs_untouched(fresh, batches, "accumulation_loop", label)
         if len(got) != len(windows):
             if len(got) == count:
@@ -273,10 +290,10 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
                 f"Hint: {why}"
             )
         _one_backward_per_micro_batch(trace, "accumulation_loop", label, count, count)
-        expected, _, _, _ = _run_loop(_reference_loop, seed, count, k)
-        wrong = {hint: _run_loop(fn, seed, count, k)[0] for hint, fn in LOOP_MISTAKES.items()}
+        expected = runs.reference[0]
+        wrong = runs.results_by_hint(lambda result: len(result[0]) == len(expected))
         for step, (g, e) in enumerate(zip(got, expected)):
-            mistakes = {hint: w[step] for hint, w in wrong.items() if len(w) == len(expected)}
+            mistakes = {hint: w[0][step] for hint, w in wrong.items()}
             compare(g, e, what=f"the gradient at optimizer step {step + 1} (a window of {windows[step]})", label=label,
                     context={"accum_steps": windows[step]}, mistakes=mistakes)
         if not _grads_cleared(model):
@@ -342,7 +359,7 @@ def _reference_token_window(model, micro_batches):
 
 
 def _token_window_variant(kind: str):
-    """The typical wrong answers; each one's hint is in TOKEN_MISTAKES."""
+    """The typical wrong answers; each one's hint is in TOKEN_VARIANTS."""
 
     def answer(model, micro_batches):
         if kind != "stale_kept":
@@ -375,22 +392,36 @@ def _token_window_variant(kind: str):
     return answer
 
 
-TOKEN_MISTAKES = {
-    "that is each micro-batch's own token mean divided by K: every micro-batch then weighs the same, so a token in a "
-    "micro-batch with few tokens counts more than one in a micro-batch with many. Divide each micro-batch's token "
-    "SUM by the token count of the whole window.": _token_window_variant("own_mean_k"),
-    "that is each micro-batch's own token mean, not divided by anything: K micro-batch means add up to about K× the "
-    "window's mean, weighted by micro-batch instead of by token.": _token_window_variant("own_mean"),
-    "padding and prompt tokens were counted: multiply the per-token losses by the mask (or index with it) before "
-    "summing.": _token_window_variant("padding"),
-    "you divided by the number of positions (B·T summed over micro-batches), which counts padding and prompt as "
-    "tokens: N is the number of True entries in the masks.": _token_window_variant("positions"),
-    "each micro-batch was divided by the tokens seen SO FAR: N must be the count of the whole window, known before "
-    "the first backward. Count it from the masks up front (they are cheap: no forward pass needed).":
-        _token_window_variant("running"),
-    "the gradients that were in .grad before the call are still in the result: clear them first "
-    "(model.zero_grad(set_to_none=True)).": _token_window_variant("stale_kept"),
-}
+TOKEN_VARIANTS = variants(
+    _token_window_variant,
+    {
+        "own_mean_k": (
+            "that is each micro-batch's own token mean divided by K: every micro-batch then weighs the same, so a token in a "
+            "micro-batch with few tokens counts more than one in a micro-batch with many. Divide each micro-batch's token "
+            "SUM by the token count of the whole window."
+        ),
+        "own_mean": (
+            "that is each micro-batch's own token mean, not divided by anything: K micro-batch means add up to about K× the "
+            "window's mean, weighted by micro-batch instead of by token."
+        ),
+        "padding": (
+            "padding and prompt tokens were counted: multiply the per-token losses by the mask (or index with it) before "
+            "summing."
+        ),
+        "positions": (
+            "you divided by the number of positions (B·T summed over micro-batches), which counts padding and prompt as "
+            "tokens: N is the number of True entries in the masks."
+        ),
+        "running": (
+            "each micro-batch was divided by the tokens seen SO FAR: N must be the count of the whole window, known before "
+            "the first backward. Count it from the masks up front (they are cheap: no forward pass needed)."
+        ),
+        "stale_kept": (
+            "the gradients that were in .grad before the call are still in the result: clear them first "
+            "(model.zero_grad(set_to_none=True))."
+        ),
+    },
+)
 
 
 @contextlib.contextmanager
@@ -457,7 +488,10 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
             with _course_helpers_refused():
                 return call_learner(fn, args, name, label)
 
-        got, logged, trace, batches = _run_token_window(accumulate_token_mean, seed, call)
+        runs = run_variants(
+            lambda step, call=None: _run_token_window(step, seed, call), accumulate_token_mean, None, TOKEN_VARIANTS, call=call
+        )
+        got, logged, trace, batches = runs.learner
         _inputs_untouched(fresh, batches, name, label)
         empty = sum(1 for s in spec if len(s) > 2)
         _one_backward_per_micro_batch(trace, name, label, len(spec) - empty, len(spec))
@@ -468,7 +502,7 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
                     "still NaN. A token SUM of an empty micro-batch is 0, exact." if empty else
                     "look for a division by a count that can be zero.")
             raise ExerciseError(f"`{name}` left inf/NaN in .grad for {label}.\nHint: {hint}")
-        wrong = {hint: _run_token_window(fn, seed)[0] for hint, fn in TOKEN_MISTAKES.items()}
+        wrong = {hint: result[0] for hint, result in runs.results_by_hint().items()}
         compare(got, expected, what="the gradient left in .grad", label=label,
                 context={"num_tokens": sum(int(m.sum()) for _, _, m in fresh)}, mistakes=wrong)
         try:
@@ -620,7 +654,7 @@ def _amp_reference(model, optimizer, scaler, micro_batches, max_norm):
 
 
 def _amp_variant(kind: str):
-    """The typical wrong orders whose result is a wrong update; each one's hint is in AMP_MISTAKES."""
+    """The typical wrong orders whose result is a wrong update; each one's hint is in AMP_VARIANTS."""
 
     def step(model, optimizer, scaler, micro_batches, max_norm):
         k = 1 if kind == "no_divide" else len(micro_batches)
@@ -643,16 +677,24 @@ def _amp_variant(kind: str):
     return step
 
 
-AMP_MISTAKES = {
-    "clipping ran on the SCALED gradients (their norm is S× too large, so clipping shrank them about S× too much): "
-    "unscale the gradients first, then clip.": _amp_variant("clip_first"),
-    "the loss was not divided by the number of micro-batches: the window's gradient is K× its mean gradient "
-    "(clipping hides that only while the norm is above max_norm).": _amp_variant("no_divide"),
-    "the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units, before the step.":
-        _amp_variant("no_clip"),
-    "backward ran on the unscaled loss, but unscale_ still divided the gradients by S: backpropagate the scaled loss, "
-    "scaler.scale(loss).backward().": _amp_variant("no_scale"),
-}
+AMP_VARIANTS = variants(
+    _amp_variant,
+    {
+        "clip_first": (
+            "clipping ran on the SCALED gradients (their norm is S× too large, so clipping shrank them about S× too much): "
+            "unscale the gradients first, then clip."
+        ),
+        "no_divide": (
+            "the loss was not divided by the number of micro-batches: the window's gradient is K× its mean gradient "
+            "(clipping hides that only while the norm is above max_norm)."
+        ),
+        "no_clip": "the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units, before the step.",
+        "no_scale": (
+            "backward ran on the unscaled loss, but unscale_ still divided the gradients by S: backpropagate the scaled loss, "
+            "scaler.scale(loss).backward()."
+        ),
+    },
+)
 
 # seed → (scale of the inputs, so the true gradient norm is above or below MAX_NORM, overflow?)
 AMP_SETUPS = ((0, 3.0, False), (1, 0.05, False), (0, 3.0, True))
@@ -765,8 +807,14 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
             f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
         label = (f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), "
                  + ("one micro-batch with an inf input (overflow)" if overflow else clip))
-        got, scaler, model, steps, trace, _, scaler_calls = _run_amp(
-            amp_accumulation_step, seed, input_scale, overflow, lambda fn, args: _call_amp(fn, args, label))
+        runs = run_variants(
+            lambda step, call=None: _run_amp(step, seed, input_scale, overflow, call),
+            amp_accumulation_step,
+            _amp_reference,
+            AMP_VARIANTS,
+            call=lambda fn, args: _call_amp(fn, args, label),
+        )
+        got, scaler, model, steps, trace, _, scaler_calls = runs.learner
         _check_amp_trace(trace, label)
         _one_backward_per_micro_batch(trace, name, label, 3, 3)
         _check_scaler_order(scaler_calls, label)
@@ -788,8 +836,8 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
                     f"optimizer.step() ran {steps} times for {label}; expected once.\nHint: one optimizer step per "
                     "window, through scaler.step(optimizer), after the last micro-batch."
                 )
-            expected, ref_scaler, *_ = _run_amp(_amp_reference, seed, input_scale, False)
-            wrong = {hint: _run_amp(fn, seed, input_scale, False)[0] for hint, fn in AMP_MISTAKES.items()}
+            expected, ref_scaler, *_ = runs.reference
+            wrong = {hint: result[0] for hint, result in runs.results_by_hint().items()}
             compare(got, expected, what="the parameter update", label=label, context={"accum_steps": 3}, mistakes=wrong)
             if scaler.get_scale() != ref_scaler.get_scale():
                 raise ExerciseError(

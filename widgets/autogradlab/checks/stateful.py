@@ -65,42 +65,65 @@ def variants(make: Callable[[str], Callable], hints: Mapping[str, str]) -> tuple
     return tuple(Variant(name, hint, make(name)) for name, hint in hints.items())
 
 
+_FAILED = object()  # a variant that raised on this setup
+
+
 @dataclass
 class Runs:
-    """What :func:`run_variants` ran: the reference's, the learner's and each variant's result (by name)."""
+    """The reference's and the learner's results; each variant's is run on first use (:meth:`closest`, :meth:`results_by_hint`).
+
+    A variant runs only when a check needs it (most learners' answers are right), once.
+    A variant that raises on a setup (some slips make PyTorch raise there) is left out:
+    it cannot be what the learner did when the learner's step ran.
+    """
 
     reference: Any
     learner: Any
-    by_variant: dict[str, tuple[Variant, Any]] = field(default_factory=dict)
+    run: Callable[..., Any] = field(repr=False, default=lambda step: None)
+    variants: tuple[Variant, ...] = ()
+    _results: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def result(self, variant: Variant) -> Any:
+        """What ``variant`` left behind on the same seeded setup (``_FAILED`` when it raised)."""
+        if variant.name not in self._results:
+            try:
+                self._results[variant.name] = self.run(variant.step)
+            except Exception:  # noqa: BLE001  the slip itself raised on this setup: not the learner's error
+                self._results[variant.name] = _FAILED
+        return self._results[variant.name]
 
     def closest(self, same: Callable[[Any, Any], bool]) -> Variant | None:
         """The first variant (in the order given) whose result ``same(learner's, variant's)`` accepts, or None."""
-        return next((variant for variant, result in self.by_variant.values() if same(self.learner, result)), None)
+        for variant in self.variants:
+            result = self.result(variant)
+            if result is not _FAILED and same(self.learner, result):
+                return variant
+        return None
 
     def results_by_hint(self, keep: Callable[[Any], bool] = lambda result: True) -> dict[str, Any]:
         """``{hint: result}`` of the variants whose result ``keep`` accepts (``mistakes=`` of ``checks.core.compare``)."""
-        return {variant.hint: result for variant, result in self.by_variant.values() if keep(result)}
+        results = {variant.hint: self.result(variant) for variant in self.variants}
+        return {hint: result for hint, result in results.items() if result is not _FAILED and keep(result)}
 
 
 def run_variants(
     run: Callable[..., Any],
     learner: Callable,
-    reference: Callable,
+    reference: Callable | None,
     variants: tuple[Variant, ...] = (),
     *,
     call: Callable | None = None,
 ) -> Runs:
-    """Run ``reference``, ``learner`` and each variant through ``run(step)`` and keep what each left behind.
+    """Run ``reference``, then ``learner``, through ``run(step)``; the variants run when a comparison needs them.
 
     ``run(step, call=None)`` builds a fresh seeded setup (a factory: model, optimizer, data),
     runs ``step`` on it and returns what the check compares (a :func:`snapshot`, the returned
     values, ...). The learner's step is run with ``call`` (usually ``call_learner`` with the
-    exercise's name and label), the course's own steps plainly.
+    exercise's name and label), the course's own steps plainly. ``reference=None``: the check
+    computes its expected result another way (e.g. one autograd pass over the whole window).
     """
-    runs = Runs(reference=run(reference), learner=run(learner, call=call))
-    for variant in variants:
-        runs.by_variant[variant.name] = (variant, run(variant.step))
-    return runs
+    expected = None if reference is None else run(reference)
+    return Runs(reference=expected, learner=run(learner, call=call), run=run, variants=variants)
 
 
 # --------------------------------------------------------------------------- comparing states
