@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, passed, seeded
+from autogradlab.checks.stateful import run_variants, variants
 
 # ---------------------------------------------------------------------------------------------
 # Tools the learner must not use for a given exercise
@@ -233,23 +234,36 @@ def _wrong_step(*, clip_first=False, update_each=False, optimizer_step=False, no
     return step
 
 
-TWO_OPTIMIZER_MISTAKES: dict[str, Callable] = {
-    "clip_grad_norm_ ran on the *scaled* gradients: their norm is S·‖g‖, so the clip shrinks them far too much. "
-    "Call scaler.unscale_(optimizer) for an optimizer before clipping its parameters.": _wrong_step(clip_first=True),
-    "only the first optimizer was unscaled before clipping: each optimizer has its own gradients, so each needs its "
-    "own scaler.unscale_(optimizer) before its clip.": _wrong_step(unscale_first_only=True),
-    "scaler.update() ran after every scaler.step(optimizer): the scale then moves once per optimizer, and the second "
-    "update no longer sees what the first optimizer's unscale_ found. Call update() once, after all the steps.":
-        _wrong_step(update_each=True),
-    "optimizer.step() applies inf/NaN gradients on an overflow: step each optimizer with scaler.step(optimizer), which "
-    "skips only the optimizer whose gradients overflowed.": _wrong_step(optimizer_step=True),
-    "one clip over all parameters with one threshold: each optimizer's parameters are clipped separately, to their "
-    "own max_norms[i] (the norm of one part's gradient, not of the whole model's).": _wrong_step(one_clip=True),
-    "the step started from stale gradients: zero every optimizer's gradients (or the model's) at the start, because "
-    "backward adds into .grad.": _wrong_step(no_zero_grad=True),
-    "you returned the *scaled* loss (scaler.scale(loss)): log the loss itself, the scale is only for backward.":
-        _wrong_step(scaled_loss=True),
-}
+TWO_OPTIMIZER_VARIANTS = variants(
+    lambda mistake: _wrong_step(**{mistake: True}),
+    {
+        "clip_first": (
+            "clip_grad_norm_ ran on the *scaled* gradients: their norm is S·‖g‖, so the clip shrinks them far too much. "
+            "Call scaler.unscale_(optimizer) for an optimizer before clipping its parameters."
+        ),
+        "unscale_first_only": (
+            "only the first optimizer was unscaled before clipping: each optimizer has its own gradients, so each needs its "
+            "own scaler.unscale_(optimizer) before its clip."
+        ),
+        "update_each": (
+            "scaler.update() ran after every scaler.step(optimizer): the scale then moves once per optimizer, and the second "
+            "update no longer sees what the first optimizer's unscale_ found. Call update() once, after all the steps."
+        ),
+        "optimizer_step": (
+            "optimizer.step() applies inf/NaN gradients on an overflow: step each optimizer with scaler.step(optimizer), which "
+            "skips only the optimizer whose gradients overflowed."
+        ),
+        "one_clip": (
+            "one clip over all parameters with one threshold: each optimizer's parameters are clipped separately, to their "
+            "own max_norms[i] (the norm of one part's gradient, not of the whole model's)."
+        ),
+        "no_zero_grad": (
+            "the step started from stale gradients: zero every optimizer's gradients (or the model's) at the start, because "
+            "backward adds into .grad."
+        ),
+        "scaled_loss": "you returned the *scaled* loss (scaler.scale(loss)): log the loss itself, the scale is only for backward.",
+    },
+)
 
 
 def _two_optimizer_setup(seed: int, fp16: bool, init_scale: float, growth_interval: int):
@@ -343,6 +357,20 @@ def _same_losses(a: list, b: list) -> bool:
                for x, y in zip(a, b))
 
 
+def _same_as_variant(got: dict, variant: dict) -> bool:
+    """The learner's run did what the variant did (inf/NaN parameters in both count as the same)."""
+    same_params = _same_params(got["params"], variant["params"]) or (
+        not all(torch.isfinite(p).all() for p in got["params"])
+        and not all(torch.isfinite(p).all() for p in variant["params"])
+    )
+    return (
+        variant["scales"] == got["scales"]
+        and variant["steps"] == got["steps"]
+        and same_params
+        and _same_losses(got["losses"], variant["losses"])
+    )
+
+
 def _same_run(got: dict, ref: dict) -> bool:
     losses_ok = _same_losses(got["losses"], ref["losses"])
     return got["scales"] == ref["scales"] and got["steps"] == ref["steps"] and _same_params(got["params"], ref["params"]) \
@@ -365,8 +393,15 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
     name = "two_optimizer_step"
     for case in _TWO_OPTIMIZER_CASES:
         label, dtype = case[0], case[2]
-        ref = _run_two(reference_two_optimizer_step, case, learner=False)
-        got = _run_two(two_optimizer_step, case, learner=True)
+        runs = run_variants(
+            # _run_two calls the learner's step through call_learner itself, once per step, with the step's label
+            lambda step, call=None: _run_two(step, case, learner=call is not None),
+            two_optimizer_step,
+            reference_two_optimizer_step,
+            TWO_OPTIMIZER_VARIANTS,
+            call=call_learner,
+        )
+        ref, got = runs.reference, runs.learner
         if not got["forward"]:
             raise ExerciseError(f"`{name}` never called the model for {label}: run `model(x)` inside the step.")
         if not all(enabled for enabled, _ in got["forward"]):
@@ -388,18 +423,8 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
             raise ExerciseError(f"`{name}` should return the loss as a Python float, got {', '.join(kinds)} for {label}.")
         if _same_run(got, ref):
             continue
-        hint = None
-        for mistake, wrong in TWO_OPTIMIZER_MISTAKES.items():
-            try:
-                variant = _run_two(wrong, case, learner=False)
-            except Exception:  # noqa: BLE001  some mistakes make PyTorch raise on this case: not the learner's
-                continue
-            same_params = _same_params(got["params"], variant["params"]) or (
-                not all(torch.isfinite(p).all() for p in got["params"]) and not all(torch.isfinite(p).all() for p in variant["params"]))
-            if variant["scales"] == got["scales"] and variant["steps"] == got["steps"] and same_params \
-                    and _same_losses(got["losses"], variant["losses"]):
-                hint = mistake
-                break
+        closest = runs.closest(_same_as_variant)  # a variant that raises on this case is left out
+        hint = closest.hint if closest else None
         last = len(ref["params"]) - 1
         relative = float((got["params"][last] - ref["params"][last]).norm() / ref["params"][last].norm())
         measured = (f"scale after each step: got {got['scales']}, expected {ref['scales']}; optimizer steps per step "
