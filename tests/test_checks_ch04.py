@@ -8,10 +8,10 @@ from autogradlab.checks.ch04 import (
     check_inplace_chain,
     check_saved_activation_bytes,
     inplace_saves_memory,
-    make_mlp,
     measured_activation_storages,
 )
 from autogradlab.checks.core import ExerciseError
+from autogradlab.models.fixtures import make_mlp
 
 
 def item(dtype):

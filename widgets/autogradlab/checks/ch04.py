@@ -11,60 +11,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
+from autogradlab.models.fixtures import make_mlp, mlp_loss, saved_storages
 from autogradlab.torch_internals import TorchDispatchMode, version
 
 # --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
-
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
-
-
-def make_mlp(
-    sizes: list[int], dtype: torch.dtype = torch.float32, seed: int = 0, activation: str = "relu"
-) -> nn.Sequential:
-    """Linear(sizes[0], sizes[1]) -> activation -> ... -> Linear(sizes[-2], sizes[-1]) (none after the last)."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
-        layers.append(nn.Linear(n_in, n_out, dtype=dtype))
-        if i < len(sizes) - 2:
-            layers.append(ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
-
-
-def mlp_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The loss of the exercise: mean of the squared outputs."""
-    return model(x).pow(2).mean()
-
-
-def saved_storages(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, dict[int, int]]:
-    """Run ``build()`` under ``saved_tensors_hooks``; return its result and {storage ptr: bytes} in the order first saved.
-
-    Storages whose ``data_ptr`` is in ``exclude`` (parameters) are left out.
-    """
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            storages.setdefault(storage.data_ptr(), storage.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        result = build()
-    return result, storages
-
-
-def measure_saved_bytes(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, int]:
-    """Run ``build()`` under ``saved_tensors_hooks``; return its result and the bytes saved (each storage once)."""
-    result, storages = saved_storages(build, exclude)
-    return result, sum(storages.values())
-
 
 def measured_activation_storages(batch_size: int, sizes: list[int], dtype: torch.dtype, activation: str) -> list[int]:
     """Bytes of each activation storage the MLP saves for backward, in forward order (measured)."""
@@ -202,22 +156,6 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
 
 
 # --- Exercise 2: in place wherever backward allows it -----------------------------------------
-
-OPS = {
-    "exp": torch.exp,
-    "sin": torch.sin,
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "relu": torch.relu,
-    "log": torch.log,
-    "sqrt": torch.sqrt,
-    "square": lambda a: a**2,
-    "add_one": lambda a: a + 1,
-    "times_three": lambda a: a * 3,
-    "softmax": lambda a: a.softmax(-1),
-    "abs": torch.abs,
-    "reciprocal": torch.reciprocal,
-}
 
 # The chain of Exercise 2, step by step: (the aten op, what it computes, what its backward saves).
 CHAIN = [

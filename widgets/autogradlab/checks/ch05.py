@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded, tolerance
+from autogradlab.models.fixtures import jacobians
 from autogradlab.torch_internals import TorchFunctionMode
 
 Grads = Callable[..., tuple]  # (*inputs, v) -> one gradient (or None) per input
@@ -61,39 +62,6 @@ def _grads_of(fn: Callable, args: tuple, frozen: Sequence[int], v: torch.Tensor)
     out = fn(*leaves)
     grads = iter(torch.autograd.grad(out, wanted, v, allow_unused=True))
     return tuple(next(grads) if isinstance(t, torch.Tensor) and t.requires_grad else None for t in leaves)
-
-
-def jacobians(fn: Callable, args: Sequence[torch.Tensor], eps: float = 1e-6) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """For each floating input: (the Jacobian the backward gives, a central-difference Jacobian), both 2-D.
-
-    >>> [(analytic, numeric)] = jacobians(lambda x: x.sum(), [torch.ones(3, dtype=torch.float64)])
-    >>> torch.allclose(analytic, numeric), tuple(analytic.shape)
-    (True, (1, 3))
-    """
-    leaves = [a.detach().clone().requires_grad_(True) for a in args]
-    out = fn(*leaves)
-    m = out.numel()
-    analytic = [torch.zeros(m, a.numel(), dtype=torch.float64) for a in args]
-    for k in range(m):
-        e = torch.zeros(m, dtype=out.dtype)
-        e[k] = 1.0
-        grads = torch.autograd.grad(out, leaves, e.reshape(out.shape), retain_graph=True, allow_unused=True)
-        for i, g in enumerate(grads):
-            if g is not None:
-                analytic[i][k] = g.reshape(-1).double()
-    numeric = []
-    with torch.no_grad():
-        for i, a in enumerate(args):
-            cols = []
-            for j in range(a.numel()):
-                shifted = []
-                for sign in (1.0, -1.0):
-                    moved = [t.detach().clone() for t in args]
-                    moved[i].view(-1)[j] += sign * eps
-                    shifted.append(fn(*moved).reshape(-1).double())
-                cols.append((shifted[0] - shifted[1]) / (2 * eps))
-            numeric.append(torch.stack(cols, dim=1) if cols else torch.zeros(m, 0, dtype=torch.float64))
-    return list(zip(analytic, numeric))
 
 
 def _explain_gradcheck(fn: Callable, args: tuple, names: Sequence[str], frozen: Sequence[int]) -> str:
