@@ -260,10 +260,12 @@ def update_moves_the_model(ema, model, decay):
 
 
 WRONG_EMA = {
-    "aliased by detach": (lambda m: {n: p.detach() for n, p in m.named_parameters()}, update_right,
-                          "detach().clone()"),
-    "clone stays in the graph": (lambda m: {n: p.clone() for n, p in m.named_parameters()}, update_right,
-                                 "part of autograd"),
+    "aliased by detach": (lambda m: {n: p.detach() for n, p in m.named_parameters()}, update_right, "detach().clone()"),
+    "clone stays in the graph": (
+        lambda m: {n: p.clone() for n, p in m.named_parameters()},
+        update_right,
+        "part of autograd",
+    ),
     "update through .data": (init_right, update_data, "version counter did not move"),
     "rebinds the dict entries": (init_right, update_rebinds, "replaced"),
     "decay swapped": (init_right, update_swapped, "decay weighs the old average"),

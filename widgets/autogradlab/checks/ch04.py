@@ -20,6 +20,7 @@ from autogradlab.torch_internals import TorchDispatchMode, version
 
 # --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
 
+
 def measured_activation_storages(batch_size: int, sizes: list[int], dtype: torch.dtype, activation: str) -> list[int]:
     """Bytes of each activation storage the MLP saves for backward, in forward order (measured)."""
     model = make_mlp(sizes, dtype, activation=activation)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +48,9 @@ class _Trace:
             first.register_post_accumulate_grad_hook(self._backward),
         ]
         if dtype_of is not None:
-            self._handles.append(dtype_of.register_forward_hook(lambda m, i, out: self.forward_dtypes.append(out.dtype)))
+            self._handles.append(
+                dtype_of.register_forward_hook(lambda m, i, out: self.forward_dtypes.append(out.dtype))
+            )
 
     def _forward(self, module, inputs, output) -> None:
         if isinstance(output, torch.Tensor) and output.requires_grad:
@@ -103,12 +105,15 @@ def _one_backward_per_micro_batch(trace: _Trace, name: str, label: str, needed: 
             "window). Run each micro-batch's backward right after its forward, before the next micro-batch."
         )
     if not needed <= trace.backwards <= allowed:
-        why = ("accumulate with loss.backward() (torch.autograd.grad does not write .grad), once per micro-batch."
-               if trace.backwards < needed else
-               "each micro-batch's loss is backpropagated once; an extra backward adds its gradient again.")
+        why = (
+            "accumulate with loss.backward() (torch.autograd.grad does not write .grad), once per micro-batch."
+            if trace.backwards < needed
+            else "each micro-batch's loss is backpropagated once; an extra backward adds its gradient again."
+        )
         raise ExerciseError(
             f"`{name}` ran {trace.backwards} backward pass(es) for {label}; expected one per micro-batch ({needed}"
-            + (f" to {allowed}" if allowed != needed else "") + f").\nHint: {why}"
+            + (f" to {allowed}" if allowed != needed else "")
+            + f").\nHint: {why}"
         )
 
 
@@ -117,7 +122,9 @@ def _flat_params(model) -> torch.Tensor:
 
 
 def _flat_grads(model) -> torch.Tensor:
-    return parameters_to_vector(p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()).detach()
+    return parameters_to_vector(
+        p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
+    ).detach()
 
 
 def _grads_cleared(model) -> bool:
@@ -166,13 +173,18 @@ def _loop_model(seed: int) -> torch.nn.Module:
 
 def _micro_batches(seed: int, count: int, size: int = 3):
     gen = seeded(200 + seed)
-    return [(torch.randn(size, 5, generator=gen, dtype=torch.float64), torch.randn(size, 2, generator=gen, dtype=torch.float64))
-            for _ in range(count)]
+    return [
+        (
+            torch.randn(size, 5, generator=gen, dtype=torch.float64),
+            torch.randn(size, 2, generator=gen, dtype=torch.float64),
+        )
+        for _ in range(count)
+    ]
 
 
 def _reference_loop(model, optimizer, loss_fn, micro_batches, accum_steps):
     for start in range(0, len(micro_batches), accum_steps):
-        window = micro_batches[start:start + accum_steps]
+        window = micro_batches[start : start + accum_steps]
         optimizer.zero_grad(set_to_none=True)
         for x, y in window:
             (loss_fn(model(x), y) / len(window)).backward()
@@ -265,8 +277,10 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
     """
     for seed, count, k in LOOP_SETUPS:
         windows = _windows(count, k)
-        label = (f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; "
-                 f"stale gradients in .grad before the call; MSE mean loss, SGD, float64)")
+        label = (
+            f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; "
+            f"stale gradients in .grad before the call; MSE mean loss, SGD, float64)"
+        )
         fresh = _micro_batches(seed, count)
         runs = run_variants(
             lambda step, call=None: _run_loop(step, seed, count, k, call=call),
@@ -281,8 +295,10 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
             if len(got) == count:
                 why = "it stepped after every micro-batch: step (and zero_grad) once per window."
             elif len(got) == count // k and count % k:
-                why = (f"the last, shorter window ({windows[-1]} micro-batch{'es' if windows[-1] > 1 else ''}) never "
-                       "stepped: its gradients would be lost. Step at the end of the list too.")
+                why = (
+                    f"the last, shorter window ({windows[-1]} micro-batch{'es' if windows[-1] > 1 else ''}) never "
+                    "stepped: its gradients would be lost. Step at the end of the list too."
+                )
             else:
                 why = "one optimizer.step() per window of accum_steps micro-batches (the last one may be shorter)."
             raise ExerciseError(
@@ -294,15 +310,23 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
         wrong = runs.results_by_hint(lambda result: len(result[0]) == len(expected))
         for step, (g, e) in enumerate(zip(got, expected)):
             mistakes = {hint: w[0][step] for hint, w in wrong.items()}
-            compare(g, e, what=f"the gradient at optimizer step {step + 1} (a window of {windows[step]})", label=label,
-                    context={"accum_steps": windows[step]}, mistakes=mistakes)
+            compare(
+                g,
+                e,
+                what=f"the gradient at optimizer step {step + 1} (a window of {windows[step]})",
+                label=label,
+                context={"accum_steps": windows[step]},
+                mistakes=mistakes,
+            )
         if not _grads_cleared(model):
             raise ExerciseError(
                 f"after `accumulation_loop` the gradients of the last window are still in .grad for {label}.\n"
                 "Hint: zero them after each optimizer.step(), the last one included."
             )
-    passed("accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch "
-           "(3 set-ups, stale gradients, shorter last window)")
+    passed(
+        "accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch "
+        "(3 set-ups, stale gradients, shorter last window)"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 2: the exact token mean of a window
@@ -438,8 +462,11 @@ def _course_helpers_refused() -> Iterator[None]:
             "accumulated_gradient and full_batch_gradient are the course's reference and are off limits here"
         )
 
-    helpers = (token_accumulation.micro_batch_loss, token_accumulation.accumulated_gradient,
-               token_accumulation.full_batch_gradient)
+    helpers = (
+        token_accumulation.micro_batch_loss,
+        token_accumulation.accumulated_gradient,
+        token_accumulation.full_batch_gradient,
+    )
     saved = [f.__code__ for f in helpers]
     try:
         for f in helpers:
@@ -489,7 +516,11 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
                 return call_learner(fn, args, name, label)
 
         runs = run_variants(
-            lambda step, call=None: _run_token_window(step, seed, call), accumulate_token_mean, None, TOKEN_VARIANTS, call=call
+            lambda step, call=None: _run_token_window(step, seed, call),
+            accumulate_token_mean,
+            None,
+            TOKEN_VARIANTS,
+            call=call,
         )
         got, logged, trace, batches = runs.learner
         _inputs_untouched(fresh, batches, name, label)
@@ -497,14 +528,23 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
         _one_backward_per_micro_batch(trace, name, label, len(spec) - empty, len(spec))
         expected, loss = _window_reference_one_pass(seed)
         if not torch.isfinite(got).all():
-            hint = ("a micro-batch with no counted token gives 0/0 = NaN if you take its own mean (`losses[mask].mean()`, "
-                    "or cross_entropy with ignore_index on a micro-batch whose targets are all ignored), and NaN × 0 is "
-                    "still NaN. A token SUM of an empty micro-batch is 0, exact." if empty else
-                    "look for a division by a count that can be zero.")
+            hint = (
+                "a micro-batch with no counted token gives 0/0 = NaN if you take its own mean (`losses[mask].mean()`, "
+                "or cross_entropy with ignore_index on a micro-batch whose targets are all ignored), and NaN × 0 is "
+                "still NaN. A token SUM of an empty micro-batch is 0, exact."
+                if empty
+                else "look for a division by a count that can be zero."
+            )
             raise ExerciseError(f"`{name}` left inf/NaN in .grad for {label}.\nHint: {hint}")
         wrong = {hint: result[0] for hint, result in runs.results_by_hint().items()}
-        compare(got, expected, what="the gradient left in .grad", label=label,
-                context={"num_tokens": sum(int(m.sum()) for _, _, m in fresh)}, mistakes=wrong)
+        compare(
+            got,
+            expected,
+            what="the gradient left in .grad",
+            label=label,
+            context={"num_tokens": sum(int(m.sum()) for _, _, m in fresh)},
+            mistakes=wrong,
+        )
         try:
             logged_value = float(logged.detach() if isinstance(logged, torch.Tensor) else logged)
         except (TypeError, ValueError, RuntimeError):
@@ -520,16 +560,20 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
             )
         if abs(logged_value - loss) > 1e-9 * max(1.0, abs(loss)):
             mean_of_means = _run_token_window(_token_window_variant("logged_mean"), seed)[1]
-            hint = ("that is the mean of the micro-batch means: it weighs micro-batches, not tokens, so the logged loss "
-                    "is not the loss whose gradient you computed. Add up what each micro-batch backpropagated."
-                    if abs(logged_value - mean_of_means) < 1e-9 else
-                    "the logged loss is the window's token mean: the sum of what the micro-batches backpropagated.")
+            hint = (
+                "that is the mean of the micro-batch means: it weighs micro-batches, not tokens, so the logged loss "
+                "is not the loss whose gradient you computed. Add up what each micro-batch backpropagated."
+                if abs(logged_value - mean_of_means) < 1e-9
+                else "the logged loss is the window's token mean: the sum of what the micro-batches backpropagated."
+            )
             raise ExerciseError(
                 f"`{name}` returned {logged_value:.6g} for {label}; the window's token-mean loss is {loss:.6g}.\n"
                 f"Hint: {hint}"
             )
-    passed(f"{name}: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right "
-           "(3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)")
+    passed(
+        f"{name}: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right "
+        "(3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 4: the loss one DDP rank backpropagates
@@ -556,8 +600,10 @@ def _rank_cases(seed: int) -> list[Case]:
         for rank, (losses, mask) in enumerate(ranks):
             # what all_reduce leaves: a 0-dim int64 tensor in the bigger worlds, a Python int in the smallest
             global_tokens = total if len(world) == 2 else torch.tensor(total)
-            label = (f"rank {rank} of {len(world)}, token_losses of shape {tuple(losses.shape)}, {int(mask.sum())} "
-                     f"tokens here, {total} on all ranks (global_tokens as {type(global_tokens).__name__})")
+            label = (
+                f"rank {rank} of {len(world)}, token_losses of shape {tuple(losses.shape)}, {int(mask.sum())} "
+                f"tokens here, {total} on all ranks (global_tokens as {type(global_tokens).__name__})"
+            )
             cases.append(Case((losses, mask, global_tokens, len(world)), label, context={"num_tokens": total}))
     return cases
 
@@ -568,18 +614,17 @@ def _rank_loss_reference(token_losses, mask, global_tokens, world_size):
 
 RANK_MISTAKES = {
     "DDP divides the summed gradients by world_size (it averages): multiply the loss by world_size so that the "
-    "average of the ranks' gradients is the gradient of the global token mean.":
-        lambda l, m, n, w: (l * m).sum() / n,
+    "average of the ranks' gradients is the gradient of the global token mean.": lambda l, m, n, w: (l * m).sum() / n,
     "that is this rank's own token mean: ranks with fewer tokens then weigh as much as ranks with many. "
-    "Divide by the global token count (all_reduce it before the backward pass) and multiply by world_size.":
-        lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1),
+    "Divide by the global token count (all_reduce it before the backward pass) and multiply by world_size.": lambda l, m, n, w: (
+        (l * m).sum() / m.sum().clamp_min(1)
+    ),
     "this rank's token mean divided by world_size is still a per-rank mean (and DDP already averages): "
-    "divide the token SUM by the global count.":
-        lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) / w,
-    "multiplying the rank's token mean by world_size scales a per-rank mean: divide the token SUM by global_tokens.":
-        lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) * w,
-    "padding tokens were counted: multiply by the mask before summing.":
-        lambda l, m, n, w: l.sum() * w / n,
+    "divide the token SUM by the global count.": lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) / w,
+    "multiplying the rank's token mean by world_size scales a per-rank mean: divide the token SUM by global_tokens.": lambda l, m, n, w: (
+        (l * m).sum() / m.sum().clamp_min(1) * w
+    ),
+    "padding tokens were counted: multiply by the mask before summing.": lambda l, m, n, w: l.sum() * w / n,
 }
 
 
@@ -592,17 +637,25 @@ def _check_rank_gradients(fn, cases, name):
             empty = not case.args[1].any()
             raise ExerciseError(
                 f"`{name}` returned a value without a graph for {case.label}.\n"
-                + ("Hint: a rank with no counted token must still run backward: DDP's all-reduce waits for every "
-                   "rank, so a rank that skips backward hangs the others. Return a 0 that is connected to "
-                   "token_losses, e.g. a masked sum (which is exactly 0 here)." if empty else
-                   "Hint: the loss must stay a tensor connected to token_losses (no .item(), no .detach(), "
-                   "no torch.tensor(...)), or backward cannot run.")
+                + (
+                    "Hint: a rank with no counted token must still run backward: DDP's all-reduce waits for every "
+                    "rank, so a rank that skips backward hangs the others. Return a 0 that is connected to "
+                    "token_losses, e.g. a masked sum (which is exactly 0 here)."
+                    if empty
+                    else "Hint: the loss must stay a tensor connected to token_losses (no .item(), no .detach(), "
+                    "no torch.tensor(...)), or backward cannot run."
+                )
             )
         (grad,) = torch.autograd.grad(got, losses)
         world, total = case.args[3], int(case.args[2])
         expected = case.args[1].to(torch.float64) / total * world  # DDP divides by world: (1/W)·grad = mask / N
-        compare(grad, expected, what=f"the gradient of `{name}` with respect to token_losses", label=case.label,
-                context={"num_tokens": total})
+        compare(
+            grad,
+            expected,
+            what=f"the gradient of `{name}` with respect to token_losses",
+            label=case.label,
+            context={"num_tokens": total},
+        )
 
 
 def check_rank_token_loss(rank_loss: Callable) -> None:
@@ -630,8 +683,10 @@ def check_rank_token_loss(rank_loss: Callable) -> None:
                 )
     check_function(rank_loss, _rank_loss_reference, cases, name="rank_loss", mistakes=RANK_MISTAKES)
     _check_rank_gradients(rank_loss, cases, "rank_loss")
-    passed("rank_loss: DDP's average of the ranks' gradients is the global token-mean gradient "
-           "(worlds of 2, 3, 4 ranks, one rank without tokens)")
+    passed(
+        "rank_loss: DDP's average of the ranks' gradients is the global token-mean gradient "
+        "(worlds of 2, 3, 4 ranks, one rank without tokens)"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 3: AMP with accumulation
@@ -706,8 +761,10 @@ def _amp_setup(seed: int, input_scale: float, overflow: bool):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=1)  # grows after every good step
     gen = seeded(300 + seed)
-    micro = [(torch.randn(4, 6, generator=gen) * input_scale, torch.randn(4, 3, generator=gen) * input_scale)
-             for _ in range(3)]
+    micro = [
+        (torch.randn(4, 6, generator=gen) * input_scale, torch.randn(4, 3, generator=gen) * input_scale)
+        for _ in range(3)
+    ]
     if overflow:
         micro[1][0][0, 0] = float("inf")  # one bad sample: the gradients of this window overflow
     return model, optimizer, scaler, micro
@@ -764,7 +821,8 @@ def _check_scaler_order(calls: list[str], label: str) -> None:
     before_step = "step" in calls and "update" in calls and calls.index("update") < calls.index("step")
     if calls.count("update") != 1 or before_step:
         raise ExerciseError(
-            f"`{name}` called scaler.update() {calls.count('update')} time(s)" + (", before scaler.step" if before_step else "")
+            f"`{name}` called scaler.update() {calls.count('update')} time(s)"
+            + (", before scaler.step" if before_step else "")
             + f" for {label}.\nHint: call scaler.update() once per optimizer step, right after scaler.step(optimizer): "
             "update() resets the scaler for the next step (a scaler.step after it unscales the gradients again)."
         )
@@ -803,10 +861,14 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
     name = "amp_accumulation_step"
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
-        clip = f"gradient norm {norm:.3g} > max_norm {MAX_NORM}" if norm > MAX_NORM else \
-            f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
-        label = (f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), "
-                 + ("one micro-batch with an inf input (overflow)" if overflow else clip))
+        clip = (
+            f"gradient norm {norm:.3g} > max_norm {MAX_NORM}"
+            if norm > MAX_NORM
+            else f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
+        )
+        label = f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), " + (
+            "one micro-batch with an inf input (overflow)" if overflow else clip
+        )
         runs = run_variants(
             lambda step, call=None: _run_amp(step, seed, input_scale, overflow, call),
             amp_accumulation_step,
@@ -850,5 +912,7 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
                 f"after the step the gradients are still in .grad, for {label}.\n"
                 "Hint: end with optimizer.zero_grad(set_to_none=True), also when the step was skipped."
             )
-    passed("amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow "
-           "step, scale updated (clip active and inactive)")
+    passed(
+        "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow "
+        "step, scale updated (clip active and inactive)"
+    )

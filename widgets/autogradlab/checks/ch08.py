@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -60,8 +60,13 @@ def _gradscaler_scale_after(overflows, init_scale, growth_interval, growth_facto
     """The oracle: a real GradScaler('cpu') driven through the sequence."""
     param = torch.nn.Parameter(torch.zeros(2))
     opt = torch.optim.SGD([param], lr=0.0)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
-                                  backoff_factor=backoff_factor, growth_interval=growth_interval)
+    scaler = torch.amp.GradScaler(
+        "cpu",
+        init_scale=init_scale,
+        growth_factor=growth_factor,
+        backoff_factor=backoff_factor,
+        growth_interval=growth_interval,
+    )
     scaler.scale(torch.ones(()))
     for overflow in overflows:
         param.grad = torch.full((2,), math.inf if overflow else 1.0)
@@ -94,13 +99,10 @@ def _variant(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_
 
 
 SCALE_MISTAKES = {
-    "an overflow must reset the count of good steps to 0: growth needs growth_interval good steps *in a row*.":
-        "no_reset_on_overflow",
+    "an overflow must reset the count of good steps to 0: growth needs growth_interval good steps *in a row*.": "no_reset_on_overflow",
     "off by one: the scale grows on the growth_interval-th good step in a row, not the one after.": "off_by_one",
-    "the count is of good steps in a row since the last change, not of all steps: every overflow restarts it.":
-        "count_all_steps",
-    "after growing, the count restarts from 0: the next growth needs another growth_interval good steps.":
-        "no_reset_after_growth",
+    "the count is of good steps in a row since the last change, not of all steps: every overflow restarts it.": "count_all_steps",
+    "after growing, the count restarts from 0: the next growth needs another growth_interval good steps.": "no_reset_after_growth",
     "on an overflow the scale is multiplied by backoff_factor (which is not always 0.5).": "fixed_half",
 }
 
@@ -141,12 +143,20 @@ def check_loss_scale_after(loss_scale_after) -> None:
     name = "loss_scale_after"
     for pattern, init_scale, interval, growth, backoff in _SCALE_CASES:
         overflows = [c == "x" for c in pattern]
-        label = (f"overflows = {pattern!r} (x = overflow), init_scale={init_scale:g}, growth_interval={interval}, "
-                 f"growth_factor={growth:g}, backoff_factor={backoff:g}")
+        label = (
+            f"overflows = {pattern!r} (x = overflow), init_scale={init_scale:g}, growth_interval={interval}, "
+            f"growth_factor={growth:g}, backoff_factor={backoff:g}"
+        )
         expected = _gradscaler_scale_after(overflows, init_scale, interval, growth, backoff)
-        got = _call_forbidding(loss_scale_after, (list(overflows), init_scale, interval, growth, backoff), name, label,
-                               _scale_helpers(), "this exercise asks you to write the rule yourself: a GradScaler "
-                               "(or autogradlab.models.loss_scale) would replay it for you. Use a loop and two numbers.")
+        got = _call_forbidding(
+            loss_scale_after,
+            (list(overflows), init_scale, interval, growth, backoff),
+            name,
+            label,
+            _scale_helpers(),
+            "this exercise asks you to write the rule yourself: a GradScaler "
+            "(or autogradlab.models.loss_scale) would replay it for you. Use a loop and two numbers.",
+        )
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
@@ -154,12 +164,19 @@ def check_loss_scale_after(loss_scale_after) -> None:
         if math.isclose(float(got), expected, rel_tol=1e-6):
             continue
         hint = next(
-            (h for h, kind in SCALE_MISTAKES.items()
-             if math.isclose(float(got), _variant(overflows, init_scale, interval, growth, backoff, kind=kind), rel_tol=1e-6)),
+            (
+                h
+                for h, kind in SCALE_MISTAKES.items()
+                if math.isclose(
+                    float(got), _variant(overflows, init_scale, interval, growth, backoff, kind=kind), rel_tol=1e-6
+                )
+            ),
             "replay the rule step by step: overflow → scale × backoff_factor and count = 0; ok → count + 1, and when the "
             "count reaches growth_interval → scale × growth_factor and count = 0.",
         )
-        raise ExerciseError(f"`{name}` is wrong for {label}.\nmeasured: got {float(got):g}, GradScaler gives {expected:g}.\nHint: {hint}")
+        raise ExerciseError(
+            f"`{name}` is wrong for {label}.\nmeasured: got {float(got):g}, GradScaler gives {expected:g}.\nHint: {hint}"
+        )
     passed(f"{name} matches torch.amp.GradScaler on {len(_SCALE_CASES)} sequences")
 
 
@@ -193,8 +210,18 @@ def reference_two_optimizer_step(model, optimizers, max_norms, scaler, x, y, dty
     return loss.item()
 
 
-def _wrong_step(*, clip_first=False, update_each=False, optimizer_step=False, no_zero_grad=False, one_clip=False,
-                unscale_first_only=False, backward_in_autocast=False, fp16_always=False, scaled_loss=False):
+def _wrong_step(
+    *,
+    clip_first=False,
+    update_each=False,
+    optimizer_step=False,
+    no_zero_grad=False,
+    one_clip=False,
+    unscale_first_only=False,
+    backward_in_autocast=False,
+    fp16_always=False,
+    scaled_loss=False,
+):
     """A plausible wrong version of the reference, one mistake switched on."""
 
     def step(model, optimizers, max_norms, scaler, x, y, dtype):
@@ -269,7 +296,10 @@ TWO_OPTIMIZER_VARIANTS = variants(
 def _two_optimizer_setup(seed: int, fp16: bool, init_scale: float, growth_interval: int):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
-    optimizers = [torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(model[2].parameters(), lr=0.05)]
+    optimizers = [
+        torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9),
+        torch.optim.SGD(model[2].parameters(), lr=0.05),
+    ]
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval) if fp16 else None
     return model, optimizers, scaler
 
@@ -288,12 +318,37 @@ def _part_norms(seed: int, batch) -> tuple[float, float]:
 
 _TWO_OPTIMIZER_CASES = [
     # (label, seed, dtype, steps, (max_norm / ‖g‖ for body, head), init_scale, growth_interval, head overflows on step)
-    ("fp16, 3 steps, the body clipped (max_norm below its ‖g‖), the head not (max_norm above its ‖g‖)",
-     0, torch.float16, 3, (0.3, 3.0), 2.0**10, 1, None),
-    ("fp16, 3 steps, the head's gradient overflows on step 2 (inf) and only there",
-     1, torch.float16, 3, (0.3, 3.0), 2.0**8, 1, 1),
+    (
+        "fp16, 3 steps, the body clipped (max_norm below its ‖g‖), the head not (max_norm above its ‖g‖)",
+        0,
+        torch.float16,
+        3,
+        (0.3, 3.0),
+        2.0**10,
+        1,
+        None,
+    ),
+    (
+        "fp16, 3 steps, the head's gradient overflows on step 2 (inf) and only there",
+        1,
+        torch.float16,
+        3,
+        (0.3, 3.0),
+        2.0**8,
+        1,
+        1,
+    ),
     ("bf16 (scaler=None), 3 steps, the head clipped, the body not", 2, torch.bfloat16, 3, (3.0, 0.3), None, None, None),
-    ("fp16, 4 steps, the head clipped, the body not, growth_interval 2", 3, torch.float16, 4, (3.0, 0.3), 2.0**12, 2, None),
+    (
+        "fp16, 4 steps, the head clipped, the body not, growth_interval 2",
+        3,
+        torch.float16,
+        4,
+        (3.0, 0.3),
+        2.0**12,
+        2,
+        None,
+    ),
 ]
 
 
@@ -306,10 +361,18 @@ def _run_two(fn: Callable, case, *, learner: bool, name: str = "two_optimizer_st
     norms = _part_norms(seed, batches[0])
     max_norms = [ratio * norm for ratio, norm in zip(ratios, norms)]
     device = "cpu"
-    record = {"forward": [], "backward_in_autocast": False, "scales": [], "params": [], "losses": [],
-              "steps": [[0, 0]], "problems": []}
+    record = {
+        "forward": [],
+        "backward_in_autocast": False,
+        "scales": [],
+        "params": [],
+        "losses": [],
+        "steps": [[0, 0]],
+        "problems": [],
+    }
     model.register_forward_pre_hook(
-        lambda *_: record["forward"].append((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))))
+        lambda *_: record["forward"].append((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)))
+    )
     inject = {"now": False}
 
     def backward_hook(grad):
@@ -321,7 +384,9 @@ def _run_two(fn: Callable, case, *, learner: bool, name: str = "two_optimizer_st
         p.register_hook(backward_hook)
     model[2].weight.register_hook(lambda g: torch.full_like(g, math.inf) if inject["now"] else g)
     for i, optimizer in enumerate(optimizers):
-        optimizer.register_step_post_hook(lambda *_, i=i: record["steps"][-1].__setitem__(i, record["steps"][-1][i] + 1))
+        optimizer.register_step_post_hook(
+            lambda *_, i=i: record["steps"][-1].__setitem__(i, record["steps"][-1][i] + 1)
+        )
     hyper = [{k: v for k, v in g.items() if k != "params"} for o in optimizers for g in o.param_groups]
     for step, (x, y) in enumerate(batches):
         inject["now"] = step == overflow_at
@@ -337,8 +402,10 @@ def _run_two(fn: Callable, case, *, learner: bool, name: str = "two_optimizer_st
         if [{k: v for k, v in g.items() if k != "params"} for o in optimizers for g in o.param_groups] != hyper:
             record["problems"].append("it changed an optimizer's settings (lr, momentum, ...)")
         if any(p.dtype != torch.float32 for p in model.parameters()) or not model.training:
-            record["problems"].append("it changed the model itself (its parameters' dtype, or train/eval mode): "
-                                      "mixed precision keeps fp32 weights, autocast only casts copies")
+            record["problems"].append(
+                "it changed the model itself (its parameters' dtype, or train/eval mode): "
+                "mixed precision keeps fp32 weights, autocast only casts copies"
+            )
         record["losses"].append(loss)
         record["scales"].append(None if scaler is None else scaler.get_scale())
         record["params"].append(parameters_to_vector(model.parameters()).detach().double())
@@ -348,13 +415,17 @@ def _run_two(fn: Callable, case, *, learner: bool, name: str = "two_optimizer_st
 
 
 def _same_params(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return all(torch.isfinite(x).all() and torch.isfinite(y).all() and float((x - y).norm()) <= 1e-4 * float(y.norm())
-               for x, y in zip(a, b))
+    return all(
+        torch.isfinite(x).all() and torch.isfinite(y).all() and float((x - y).norm()) <= 1e-4 * float(y.norm())
+        for x, y in zip(a, b)
+    )
 
 
 def _same_losses(a: list, b: list) -> bool:
-    return all(isinstance(x, float) and (math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-6) or (math.isnan(x) and math.isnan(y)))
-               for x, y in zip(a, b))
+    return all(
+        isinstance(x, float) and (math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-6) or (math.isnan(x) and math.isnan(y)))
+        for x, y in zip(a, b)
+    )
 
 
 def _same_as_variant(got: dict, variant: dict) -> bool:
@@ -373,8 +444,12 @@ def _same_as_variant(got: dict, variant: dict) -> bool:
 
 def _same_run(got: dict, ref: dict) -> bool:
     losses_ok = _same_losses(got["losses"], ref["losses"])
-    return got["scales"] == ref["scales"] and got["steps"] == ref["steps"] and _same_params(got["params"], ref["params"]) \
+    return (
+        got["scales"] == ref["scales"]
+        and got["steps"] == ref["steps"]
+        and _same_params(got["params"], ref["params"])
         and losses_ok
+    )
 
 
 def check_two_optimizer_step(two_optimizer_step) -> None:
@@ -405,46 +480,64 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         if not got["forward"]:
             raise ExerciseError(f"`{name}` never called the model for {label}: run `model(x)` inside the step.")
         if not all(enabled for enabled, _ in got["forward"]):
-            raise ExerciseError(f"`{name}` ran the forward pass outside autocast for {label}.\nHint: wrap the forward pass "
-                                "and the loss in `with torch.autocast(device_type=x.device.type, dtype=dtype):`.")
+            raise ExerciseError(
+                f"`{name}` ran the forward pass outside autocast for {label}.\nHint: wrap the forward pass "
+                "and the loss in `with torch.autocast(device_type=x.device.type, dtype=dtype):`."
+            )
         used = {d for _, d in got["forward"]}
         if used != {dtype}:
-            raise ExerciseError(f"`{name}` ran autocast in {sorted(map(str, used))} for {label}, but the step asked for "
-                                f"{dtype}.\nHint: pass `dtype=dtype` to torch.autocast: fp16 and bf16 are different formats.")
+            raise ExerciseError(
+                f"`{name}` ran autocast in {sorted(map(str, used))} for {label}, but the step asked for "
+                f"{dtype}.\nHint: pass `dtype=dtype` to torch.autocast: fp16 and bf16 are different formats."
+            )
         if got["backward_in_autocast"]:
-            raise ExerciseError(f"`{name}` ran backward inside the autocast region for {label}.\nHint: leave the `with "
-                                "torch.autocast(...)` block before calling backward: autocast is for the forward pass and "
-                                "the loss; backward already runs each op in the dtype its forward used.")
+            raise ExerciseError(
+                f"`{name}` ran backward inside the autocast region for {label}.\nHint: leave the `with "
+                "torch.autocast(...)` block before calling backward: autocast is for the forward pass and "
+                "the loss; backward already runs each op in the dtype its forward used."
+            )
         if got["problems"]:
-            raise ExerciseError(f"`{name}` has a side effect for {label}: {got['problems'][0]}.\nHint: change only the "
-                                "parameters (through the optimizers) and the scaler.")
+            raise ExerciseError(
+                f"`{name}` has a side effect for {label}: {got['problems'][0]}.\nHint: change only the "
+                "parameters (through the optimizers) and the scaler."
+            )
         if any(not isinstance(loss, float) for loss in got["losses"]):
             kinds = sorted({type(loss).__name__ for loss in got["losses"]})
-            raise ExerciseError(f"`{name}` should return the loss as a Python float, got {', '.join(kinds)} for {label}.")
+            raise ExerciseError(
+                f"`{name}` should return the loss as a Python float, got {', '.join(kinds)} for {label}."
+            )
         if _same_run(got, ref):
             continue
         closest = runs.closest(_same_as_variant)  # a variant that raises on this case is left out
         hint = closest.hint if closest else None
         last = len(ref["params"]) - 1
         relative = float((got["params"][last] - ref["params"][last]).norm() / ref["params"][last].norm())
-        measured = (f"scale after each step: got {got['scales']}, expected {ref['scales']}; optimizer steps per step "
-                    f"(first, second): got {got['steps']}, expected {ref['steps']}; ‖θ − expected‖ / ‖expected‖ after the "
-                    f"last step = {relative:.3g}; loss: got {got['losses']}, expected {[round(v, 6) for v in ref['losses']]}")
+        measured = (
+            f"scale after each step: got {got['scales']}, expected {ref['scales']}; optimizer steps per step "
+            f"(first, second): got {got['steps']}, expected {ref['steps']}; ‖θ − expected‖ / ‖expected‖ after the "
+            f"last step = {relative:.3g}; loss: got {got['losses']}, expected {[round(v, 6) for v in ref['losses']]}"
+        )
         if hint is None:
             if not all(torch.isfinite(p).all() for p in got["params"]):
                 hint = "the parameters became inf/NaN: a step with inf gradients was applied instead of skipped."
             elif got["steps"] != ref["steps"]:
-                hint = ("a different set of optimizer steps ran: each optimizer steps once per call (through the scaler for "
-                        "fp16, which skips only the optimizer whose own gradients hold inf/NaN).")
+                hint = (
+                    "a different set of optimizer steps ran: each optimizer steps once per call (through the scaler for "
+                    "fp16, which skips only the optimizer whose own gradients hold inf/NaN)."
+                )
             elif got["scales"] != ref["scales"]:
                 hint = "the scale evolves differently: scaler.update() belongs once per call, after every scaler.step."
             else:
-                hint = ("compare with: zero the gradients → autocast forward + loss → (scaled) backward outside autocast → "
-                        "for each optimizer: unscale_, clip its own parameters → step each → update once.")
+                hint = (
+                    "compare with: zero the gradients → autocast forward + loss → (scaled) backward outside autocast → "
+                    "for each optimizer: unscale_, clip its own parameters → step each → update once."
+                )
         raise ExerciseError(f"`{name}` is wrong for {label}.\nmeasured: {measured}\nHint: {hint}")
     total = sum(case[3] for case in _TWO_OPTIMIZER_CASES)
-    passed(f"{name} matches the reference on {len(_TWO_OPTIMIZER_CASES)} runs ({total} steps: fp16 and bf16, "
-           "one optimizer overflowing alone)")
+    passed(
+        f"{name} matches the reference on {len(_TWO_OPTIMIZER_CASES)} runs ({total} steps: fp16 and bf16, "
+        "one optimizer overflowing alone)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,23 +570,31 @@ def _adam_like(g, lr, eps):
 
 
 ADAM_MISTAKES: dict[str, Callable] = {
-    "that is an SGD update (−lr·g): Adam divides each element by its own running size, √v̂ + ε.":
-        lambda g, s, m, lr, eps, bug: -lr * _used(g, s, m, bug),
+    "that is an SGD update (−lr·g): Adam divides each element by its own running size, √v̂ + ε.": lambda g, s, m, lr, eps, bug: (
+        -lr * _used(g, s, m, bug)
+    ),
     "you ignored clip_before_unscale: with the bug the clip sees the scaled gradient S·g, whose norm is S·‖g‖, and "
-    "scaler.step divides by S only afterwards.": lambda g, s, m, lr, eps, bug: _adam_like(_used(g, s, m, False), lr, eps),
-    "the bias corrections are missing: on the first step m̂ = m₁/(1 − β₁) = g and v̂ = v₁/(1 − β₂) = g².":
-        lambda g, s, m, lr, eps, bug: -lr * 0.1 * _used(g, s, m, bug) / ((0.001 * _used(g, s, m, bug) ** 2).sqrt() + eps),
-    "ε is added after the square root, to √v̂, not inside it.":
-        lambda g, s, m, lr, eps, bug: -lr * _used(g, s, m, bug) / (_used(g, s, m, bug) ** 2 + eps).sqrt(),
-    "the sign is flipped: a step moves the parameters *against* the gradient.":
-        lambda g, s, m, lr, eps, bug: -_adam_like(_used(g, s, m, bug), lr, eps),
+    "scaler.step divides by S only afterwards.": lambda g, s, m, lr, eps, bug: _adam_like(
+        _used(g, s, m, False), lr, eps
+    ),
+    "the bias corrections are missing: on the first step m̂ = m₁/(1 − β₁) = g and v̂ = v₁/(1 − β₂) = g².": lambda g, s, m, lr, eps, bug: (
+        -lr * 0.1 * _used(g, s, m, bug) / ((0.001 * _used(g, s, m, bug) ** 2).sqrt() + eps)
+    ),
+    "ε is added after the square root, to √v̂, not inside it.": lambda g, s, m, lr, eps, bug: (
+        -lr * _used(g, s, m, bug) / (_used(g, s, m, bug) ** 2 + eps).sqrt()
+    ),
+    "the sign is flipped: a step moves the parameters *against* the gradient.": lambda g, s, m, lr, eps, bug: (
+        -_adam_like(_used(g, s, m, bug), lr, eps)
+    ),
     "ε is missing: without it the first Adam step is −lr·sign(g) whatever the gradient's size, and the bug would be "
     "invisible. ε is what the shrunk gradient is compared with.": lambda g, s, m, lr, eps, bug: -lr * torch.sign(g),
     "the bug's gradient is not simply g/S: clip_grad_norm_ first rescales S·g to norm max_norm (when S·‖g‖ is above "
-    "it), and only then does scaler.step divide by S.":
-        lambda g, s, m, lr, eps, bug: _adam_like(g / s if bug else _used(g, s, m, False), lr, eps),
-    "the scaled gradient was never divided by S: scaler.step unscales after the buggy clip.":
-        lambda g, s, m, lr, eps, bug: _adam_like(_used(g, s, m, bug) * (s if bug else 1.0), lr, eps),
+    "it), and only then does scaler.step divide by S.": lambda g, s, m, lr, eps, bug: _adam_like(
+        g / s if bug else _used(g, s, m, False), lr, eps
+    ),
+    "the scaled gradient was never divided by S: scaler.step unscales after the buggy clip.": lambda g, s, m, lr, eps, bug: (
+        _adam_like(_used(g, s, m, bug) * (s if bug else 1.0), lr, eps)
+    ),
 }
 
 
@@ -512,20 +613,28 @@ def _adam_cases() -> list[Case]:
         (40, torch.float64, 4.0, 10.0, 0.1, 1e-8, True, "the bug with S·‖g‖ below max_norm: nothing is clipped"),
     ]
     for n, dtype, scale, ratio, lr, eps, bug, what in specs:
-        g = torch.randn(n, generator=gen, dtype=torch.float64) * 10.0 ** (-6 * torch.rand(n, generator=gen, dtype=torch.float64))
+        g = torch.randn(n, generator=gen, dtype=torch.float64) * 10.0 ** (
+            -6 * torch.rand(n, generator=gen, dtype=torch.float64)
+        )
         g = g.to(dtype)
         shape = (n // 4, 4) if n % 4 == 0 and dtype == torch.float32 else (n,)
         g = g.reshape(shape)
         max_norm = ratio * float(g.double().norm())
-        label = (f"grad of shape {tuple(g.shape)} ({dtype}), scale {scale:g}, max_norm {max_norm:.3g} "
-                 f"(‖g‖ = {float(g.double().norm()):.3g}), lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}")
+        label = (
+            f"grad of shape {tuple(g.shape)} ({dtype}), scale {scale:g}, max_norm {max_norm:.3g} "
+            f"(‖g‖ = {float(g.double().norm()):.3g}), lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}"
+        )
         cases.append(Case((g, scale, max_norm, lr, eps, bug), label))
     return cases
 
 
 def _agrees(out, wrong) -> bool:
-    return (isinstance(out, torch.Tensor) and isinstance(wrong, torch.Tensor) and out.shape == wrong.shape
-            and torch.allclose(out.detach().double(), wrong.double(), rtol=1e-5, atol=1e-12))
+    return (
+        isinstance(out, torch.Tensor)
+        and isinstance(wrong, torch.Tensor)
+        and out.shape == wrong.shape
+        and torch.allclose(out.detach().double(), wrong.double(), rtol=1e-5, atol=1e-12)
+    )
 
 
 def check_adam_first_update(adam_first_update) -> None:
@@ -539,12 +648,17 @@ def check_adam_first_update(adam_first_update) -> None:
     """
     name = "adam_first_update"
     cases = _adam_cases()
-    message = ("this exercise asks for Adam's first step by hand: a torch.optim optimizer would do it for you. "
-               "Write m̂ and v̂ for the first step and simplify.")
+    message = (
+        "this exercise asks for Adam's first step by hand: a torch.optim optimizer would do it for you. "
+        "Write m̂ and v̂ for the first step and simplify."
+    )
     adam_module = importlib.import_module("torch.optim.adam")  # torch.optim hides the submodule's name
     # the class, and the kernels the functional form looks up at call time (so an `adam` imported earlier is caught too)
     targets = [(torch.optim.Optimizer, "__init__")] + [
-        (adam_module, f) for f in ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam") if hasattr(adam_module, f)]
+        (adam_module, f)
+        for f in ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")
+        if hasattr(adam_module, f)
+    ]
 
     def learner(*args):
         with _forbid(targets, message):
@@ -558,9 +672,17 @@ def check_adam_first_update(adam_first_update) -> None:
                 outputs.append(adam_first_update(*(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)))
         except Exception:  # noqa: BLE001  reported properly by check_function below
             outputs.append(None)
-    consistent = {hint: wrong for hint, wrong in ADAM_MISTAKES.items()
-                  if all(_agrees(out, wrong(*case.args)) for out, case in zip(outputs, cases))}
+    consistent = {
+        hint: wrong
+        for hint, wrong in ADAM_MISTAKES.items()
+        if all(_agrees(out, wrong(*case.args)) for out, case in zip(outputs, cases))
+    }
     check_function(learner, _adam_first_update_reference, cases, name=name, mistakes=consistent or ADAM_MISTAKES)
 
 
-__all__ = ["check_adam_first_update", "check_loss_scale_after", "check_two_optimizer_step", "reference_two_optimizer_step"]
+__all__ = [
+    "check_adam_first_update",
+    "check_loss_scale_after",
+    "check_two_optimizer_step",
+    "reference_two_optimizer_step",
+]

@@ -25,15 +25,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from autogradlab.models.token_accumulation import TokenBatch, full_batch_gradient, token_batch, token_losses, token_model
+from autogradlab.models.token_accumulation import (
+    TokenBatch,
+    full_batch_gradient,
+    token_batch,
+    token_losses,
+    token_model,
+)
 
 WORLD_SIZE = 2
 # The two data sets: equal lengths (plain mean is exact) and a wide length spread (it is not).
@@ -186,8 +192,21 @@ def _launch(workdir: Path, timeout_s: float, launcher: Sequence[str]) -> str | N
             with open(log, "w") as handle:
                 procs.append(
                     subprocess.Popen(
-                        [*launcher, "--rank", str(rank), "--world-size", str(WORLD_SIZE), "--init", init, "--out", str(workdir)],
-                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                        [
+                            *launcher,
+                            "--rank",
+                            str(rank),
+                            "--world-size",
+                            str(WORLD_SIZE),
+                            "--init",
+                            init,
+                            "--out",
+                            str(workdir),
+                        ],
+                        stdout=handle,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
                     )
                 )
     except OSError as exc:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch.nn.utils import parameters_to_vector
@@ -108,8 +108,14 @@ def scale_trace(
     scale, tracker, scales = _f32(float(init_scale)), 0, []
     for found_inf in overflows:
         scales.append(scale)
-        scale, tracker = update_scale(scale, tracker, bool(found_inf), growth_factor=growth_factor,
-                                      backoff_factor=backoff_factor, growth_interval=int(growth_interval))
+        scale, tracker = update_scale(
+            scale,
+            tracker,
+            bool(found_inf),
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=int(growth_interval),
+        )
     return ScaleTrace(scales, [bool(o) for o in overflows], scale, tracker)
 
 
@@ -152,8 +158,14 @@ def simulate(
         natural = grad_max is not None and overflows_fp16(grad_max * scale)
         scales.append(scale)
         overflows.append(hit or natural)
-        scale, tracker = update_scale(scale, tracker, hit or natural, growth_factor=growth_factor,
-                                      backoff_factor=backoff_factor, growth_interval=int(growth_interval))
+        scale, tracker = update_scale(
+            scale,
+            tracker,
+            hit or natural,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=int(growth_interval),
+        )
     return ScaleTrace(scales, overflows, scale, tracker)
 
 
@@ -177,11 +189,17 @@ def fp16_fate(magnitudes: torch.Tensor, scale: float = 1.0) -> dict:
     zero = int((values == 0).sum())
     overflow = int(torch.isinf(values).sum())
     subnormal = int(((values > 0) & (values < FP16_MIN_NORMAL)).sum())
-    return {"zero": zero / n, "subnormal": subnormal / n, "normal": (values.numel() - zero - overflow - subnormal) / n,
-            "overflow": overflow / n}
+    return {
+        "zero": zero / n,
+        "subnormal": subnormal / n,
+        "normal": (values.numel() - zero - overflow - subnormal) / n,
+        "overflow": overflow / n,
+    }
 
 
-def example_gradients(seed: int = 0, batch: int = 128, width: int = 64, depth: int = 3, residual: float = 1e-3) -> torch.Tensor:
+def example_gradients(
+    seed: int = 0, batch: int = 128, width: int = 64, depth: int = 3, residual: float = 1e-3
+) -> torch.Tensor:
     """Magnitudes |g| of real fp32 gradients, nonzero ones only: every layer output's and every weight's gradient
     of a small MLP whose predictions are already close to the target (late in training: small gradients).
 

@@ -40,7 +40,7 @@ class TokenBatch:
     def __len__(self) -> int:
         return self.features.shape[0]
 
-    def slice(self, start: int, stop: int) -> "TokenBatch":
+    def slice(self, start: int, stop: int) -> TokenBatch:
         return TokenBatch(self.features[start:stop], self.targets[start:stop], self.mask[start:stop])
 
     @property
@@ -128,13 +128,20 @@ def token_weights(batch: TokenBatch, accum_steps: int, reduction: str) -> list[f
     per_token = torch.ones(batch.mask.shape, dtype=torch.float64, requires_grad=True)
     size = len(batch) // accum_steps
     total = sum(
-        _reduce(per_token[k * size:(k + 1) * size][batch.mask[k * size:(k + 1) * size]].sum(),
-                batch.slice(k * size, (k + 1) * size).tokens, reduction, accum_steps, batch.tokens)
+        _reduce(
+            per_token[k * size : (k + 1) * size][batch.mask[k * size : (k + 1) * size]].sum(),
+            batch.slice(k * size, (k + 1) * size).tokens,
+            reduction,
+            accum_steps,
+            batch.tokens,
+        )
         for k in range(accum_steps)
     )
     (grad,) = torch.autograd.grad(total, per_token)
-    return [round(float(grad[k * size:(k + 1) * size][batch.mask[k * size:(k + 1) * size]].mean()) * batch.tokens, 12)
-            for k in range(accum_steps)]
+    return [
+        round(float(grad[k * size : (k + 1) * size][batch.mask[k * size : (k + 1) * size]].mean()) * batch.tokens, 12)
+        for k in range(accum_steps)
+    ]
 
 
 def _flat_grad(model) -> torch.Tensor:
@@ -177,7 +184,11 @@ class AccumulationResult:
 
 
 def accumulation_error(
-    batch: TokenBatch, accum_steps: int, reduction: str, dtype: str = "float64", model_seed: int = 0,
+    batch: TokenBatch,
+    accum_steps: int,
+    reduction: str,
+    dtype: str = "float64",
+    model_seed: int = 0,
     reference: torch.Tensor | None = None,
 ) -> AccumulationResult:
     """Compare the accumulated gradient in ``dtype`` with the float64 full-batch gradient.
@@ -191,7 +202,9 @@ def accumulation_error(
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if reference is None:
-        reference = full_batch_gradient(token_model(batch.features.shape[-1], _vocab(batch), model_seed), batch, reduction)
+        reference = full_batch_gradient(
+            token_model(batch.features.shape[-1], _vocab(batch), model_seed), batch, reduction
+        )
     model = token_model(batch.features.shape[-1], _vocab(batch), model_seed).to(DTYPES[dtype])
     got = accumulated_gradient(model, batch, accum_steps, reduction)
     error = float((got - reference).norm() / reference.norm())

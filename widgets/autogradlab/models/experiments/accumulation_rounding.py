@@ -67,10 +67,25 @@ class AccumulationResult:
 def accumulation_table(result) -> str:
     """Markdown table of an accumulation result (live or loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
-    rows = [[r["precision"], r["grad_dtype"].replace("torch.", ""), r["k"], r["micro_batch"], r["accumulation_error"],
-             r["rel_error_vs_fp64"]] for r in rec["rows"]]
-    head = ["precision", ".grad dtype", "K", "micro-batch", "rel. error of the accumulated .grad vs the exact sum",
-            "rel. error vs float64 full batch"]
+    rows = [
+        [
+            r["precision"],
+            r["grad_dtype"].replace("torch.", ""),
+            r["k"],
+            r["micro_batch"],
+            r["accumulation_error"],
+            r["rel_error_vs_fp64"],
+        ]
+        for r in rec["rows"]
+    ]
+    head = [
+        "precision",
+        ".grad dtype",
+        "K",
+        "micro-batch",
+        "rel. error of the accumulated .grad vs the exact sum",
+        "rel. error vs float64 full batch",
+    ]
     return markdown_table(head, rows)
 
 
@@ -80,7 +95,9 @@ def _flat_grads(model) -> torch.Tensor:
 
 def _micro_backward(model, xs, ys, k: int, autocast_dtype) -> None:
     xs = xs.to(next(model.parameters()).dtype)
-    with torch.autocast(device_type=xs.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+    with torch.autocast(
+        device_type=xs.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None
+    ):
         loss = F.mse_loss(model(xs).float(), ys)
     (loss / k).backward()
 
@@ -100,7 +117,9 @@ def accumulated_grads(model, x, y, k: int, autocast_dtype=None) -> tuple[torch.T
     return _flat_grads(model), exact
 
 
-def run_accumulation(device="auto", preset: str = "auto", *, ks=DEFAULT_KS, progress_bar: bool = False) -> AccumulationResult:
+def run_accumulation(
+    device="auto", preset: str = "auto", *, ks=DEFAULT_KS, progress_bar: bool = False
+) -> AccumulationResult:
     """Accumulate over K micro-batches in each precision; compare with the exact sum and with float64."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
@@ -117,10 +136,14 @@ def run_accumulation(device="auto", preset: str = "auto", *, ks=DEFAULT_KS, prog
         param_dtype, autocast_dtype = PRECISIONS[precision]
         model = mlp(widths, device, seed=0).to(param_dtype)
         got, exact = accumulated_grads(model, x, y, int(k), autocast_dtype)
-        result.rows.append({
-            "precision": precision, "grad_dtype": str(next(model.parameters()).grad.dtype), "k": int(k),
-            "micro_batch": cfg.batch // int(k),
-            "accumulation_error": float((got - exact).norm() / exact.norm()),
-            "rel_error_vs_fp64": float((got - ref64).norm() / ref64.norm()),
-        })
+        result.rows.append(
+            {
+                "precision": precision,
+                "grad_dtype": str(next(model.parameters()).grad.dtype),
+                "k": int(k),
+                "micro_batch": cfg.batch // int(k),
+                "accumulation_error": float((got - exact).norm() / exact.norm()),
+                "rel_error_vs_fp64": float((got - ref64).norm() / ref64.norm()),
+            }
+        )
     return result

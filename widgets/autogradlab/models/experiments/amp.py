@@ -48,8 +48,12 @@ class AmpConfig:
 
 
 SIZES = {
-    "cpu-small": AmpConfig(((64, 128, 3), (256, 256, 3)), (4, 32, 64, 4), curve_mlp=0, curve_steps=30, peak_n=256, min_run_time=0.05),
-    "medium": AmpConfig(((512, 512, 4), (1024, 1024, 4)), (8, 256, 256, 4), curve_mlp=0, curve_steps=100, peak_n=1024, min_run_time=0.2),
+    "cpu-small": AmpConfig(
+        ((64, 128, 3), (256, 256, 3)), (4, 32, 64, 4), curve_mlp=0, curve_steps=30, peak_n=256, min_run_time=0.05
+    ),
+    "medium": AmpConfig(
+        ((512, 512, 4), (1024, 1024, 4)), (8, 256, 256, 4), curve_mlp=0, curve_steps=100, peak_n=1024, min_run_time=0.2
+    ),
     "gpu-large": AmpConfig(
         ((1024, 1024, 4), (4096, 4096, 4), (8192, 8192, 4)),
         (16, 1024, 1024, 16),
@@ -172,7 +176,14 @@ def _models(cfg: AmpConfig, device: torch.device):
         torch.manual_seed(3)
         return Block(d_model, heads).to(device), x, y
 
-    out.append(("block", f"block B={batch} S={seq} d={d_model} h={heads}", block_factory, block_step_flops(batch, seq, d_model)))
+    out.append(
+        (
+            "block",
+            f"block B={batch} S={seq} d={d_model} h={heads}",
+            block_factory,
+            block_step_flops(batch, seq, d_model),
+        )
+    )
     return out
 
 
@@ -197,20 +208,43 @@ def amp_table(result) -> str:
     """Markdown table of an amp result (a live AmpResult or a dict loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
     rows = [
-        [r["label"], r["mode"], r["flops"] / 1e6, r["casts"], r["step_ms"], r["step_iqr_ms"], r["tflops"], r["fraction_of_peak"],
-         None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20,
-         rec["curve_deviation"].get(r["model"], {}).get(r["mode"])]
+        [
+            r["label"],
+            r["mode"],
+            r["flops"] / 1e6,
+            r["casts"],
+            r["step_ms"],
+            r["step_iqr_ms"],
+            r["tflops"],
+            r["fraction_of_peak"],
+            None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20,
+            rec["curve_deviation"].get(r["model"], {}).get(r["mode"]),
+        ]
         for r in rec["rows"]
     ]
-    head = ["model", "precision", "MFLOP per step", "casts per step", "step ms (median)", "IQR ms", "TFLOP/s",
-            "fraction of matmul peak", "peak MiB", "max loss deviation vs fp32"]
+    head = [
+        "model",
+        "precision",
+        "MFLOP per step",
+        "casts per step",
+        "step ms (median)",
+        "IQR ms",
+        "TFLOP/s",
+        "fraction of matmul peak",
+        "peak MiB",
+        "max loss deviation vs fp32",
+    ]
     return markdown_table(head, rows)
 
 
 def largest_mlp_fraction(result, mode: str = "bf16") -> float | None:
     """Fraction of the measured matmul peak reached by the largest MLP in ``mode`` (None if not run)."""
     rec = result if isinstance(result, dict) else result.__dict__
-    rows = [r for r in rec["rows"] if r["model"].startswith("mlp") and r["mode"] == mode and r["fraction_of_peak"] is not None]
+    rows = [
+        r
+        for r in rec["rows"]
+        if r["model"].startswith("mlp") and r["mode"] == mode and r["fraction_of_peak"] is not None
+    ]
     return max(rows, key=lambda r: r["flops"])["fraction_of_peak"] if rows else None
 
 
@@ -247,23 +281,51 @@ def run_amp(
         step = _make_step(model, opt, scaler, x, y, mode, device)
         if name in ("mlp", "block"):
             result.curves.setdefault(name, {})[mode] = [float(step()) for _ in range(steps)]
-        row = {"model": name, "label": label, "mode": mode, "flops": flops, "casts": count_casts(step),
-               "step_ms": None, "step_iqr_ms": None, "threads": None, "tflops": None, "fraction_of_peak": None,
-               "peak_memory_bytes": None}
+        row = {
+            "model": name,
+            "label": label,
+            "mode": mode,
+            "flops": flops,
+            "casts": count_casts(step),
+            "step_ms": None,
+            "step_iqr_ms": None,
+            "threads": None,
+            "tflops": None,
+            "fraction_of_peak": None,
+            "peak_memory_bytes": None,
+        }
         if time_runs:
             stats = time_stats(step, device, cfg.min_run_time)
             if mode not in result.matmul_peak_tflops:
                 result.matmul_peak_tflops[mode] = matmul_peak_flops(device, mode, cfg.peak_n, cfg.min_run_time) / 1e12
             tflops = row["flops"] / stats["median_s"] / 1e12
-            row.update(step_ms=stats["median_s"] * 1e3, step_iqr_ms=stats["iqr_s"] * 1e3, threads=stats["threads"], tflops=tflops,
-                       fraction_of_peak=tflops / result.matmul_peak_tflops[mode], peak_memory_bytes=peak_memory(step, device))
+            row.update(
+                step_ms=stats["median_s"] * 1e3,
+                step_iqr_ms=stats["iqr_s"] * 1e3,
+                threads=stats["threads"],
+                tflops=tflops,
+                fraction_of_peak=tflops / result.matmul_peak_tflops[mode],
+                peak_memory_bytes=peak_memory(step, device),
+            )
         result.rows.append(row)
 
     for name, curves in result.curves.items():
         ref = curves["fp32"]
-        result.curve_deviation[name] = {mode: max(abs(a - b) / abs(b) for a, b in zip(c, ref)) for mode, c in curves.items()}
+        result.curve_deviation[name] = {
+            mode: max(abs(a - b) / abs(b) for a, b in zip(c, ref)) for mode, c in curves.items()
+        }
     return result
 
 
-__all__ = ["AmpConfig", "AmpResult", "Block", "SIZES", "amp_table", "block_step_flops", "count_casts", "largest_mlp_fraction", "mlp_step_flops",
-           "run_amp"]
+__all__ = [
+    "AmpConfig",
+    "AmpResult",
+    "Block",
+    "SIZES",
+    "amp_table",
+    "block_step_flops",
+    "count_casts",
+    "largest_mlp_fraction",
+    "mlp_step_flops",
+    "run_amp",
+]

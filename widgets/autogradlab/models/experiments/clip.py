@@ -107,7 +107,9 @@ def clip_sweep_table(result) -> str:
     return markdown_table(head, rows)
 
 
-def one_step(model, x, y, optimizer: str, order: str, max_norm: float, scale: float = SCALE) -> tuple[torch.Tensor, float | None]:
+def one_step(
+    model, x, y, optimizer: str, order: str, max_norm: float, scale: float = SCALE
+) -> tuple[torch.Tensor, float | None]:
     """One real step of ``model`` (changed in place) in ``order``; returns (Δθ flattened, the norm clip saw).
 
     >>> import torch
@@ -168,7 +170,9 @@ def run_clip(device="auto", preset: str = "auto", *, sweep_widths=None, progress
             if optimizer == "SGD" and order == "bug":
                 result.norm_seen_before_unscale = seen
             result.rows.append({"optimizer": optimizer, "order": order, "update_norm": float(delta.double().norm())})
-        result.cosine_bug_vs_right[optimizer] = float(F.cosine_similarity(deltas[optimizer, "bug"], deltas[optimizer, "right"], dim=0))
+        result.cosine_bug_vs_right[optimizer] = float(
+            F.cosine_similarity(deltas[optimizer, "bug"], deltas[optimizer, "right"], dim=0)
+        )
 
     for width in progress(widths, desc="clip sweep", enabled=progress_bar):
         gen = torch.Generator(device=device).manual_seed(2)

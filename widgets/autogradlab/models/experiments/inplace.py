@@ -32,8 +32,13 @@ class InplaceResult:
 
 def inplace_table(result) -> str:
     rec = result if isinstance(result, dict) else result.__dict__
-    rows = [[c["name"], c["raised"], c["version_when_saved"], c["version_at_backward"], c["fix_matches_float64"]] for c in rec["cases"]]
-    return markdown_table(["case", "backward raised", "version when saved", "version at backward", "fix matches float64"], rows)
+    rows = [
+        [c["name"], c["raised"], c["version_when_saved"], c["version_at_backward"], c["fix_matches_float64"]]
+        for c in rec["cases"]
+    ]
+    return markdown_table(
+        ["case", "backward raised", "version when saved", "version at backward", "fix matches float64"], rows
+    )
 
 
 def _add_to_saved(x, w1, w2):
@@ -73,9 +78,24 @@ def _relu_on_matmul_output(x, w1, w2):
 
 
 CASES = [
-    ("add_ on relu's output, saved by relu and by matmul", "a = relu(x @ w1); out = a @ w2; a.add_(1)", _add_to_saved, _add_fixed),
-    ("relu_ on sigmoid's output (values unchanged)", "s = sigmoid(x @ w1); s.relu_(); out = s @ w2", _relu_on_sigmoid, _relu_fixed),
-    ("relu_ on a matmul output nothing saved", "h = x @ w1; h.relu_(); out = h @ w2", _relu_on_matmul_output, _relu_on_matmul_output),
+    (
+        "add_ on relu's output, saved by relu and by matmul",
+        "a = relu(x @ w1); out = a @ w2; a.add_(1)",
+        _add_to_saved,
+        _add_fixed,
+    ),
+    (
+        "relu_ on sigmoid's output (values unchanged)",
+        "s = sigmoid(x @ w1); s.relu_(); out = s @ w2",
+        _relu_on_sigmoid,
+        _relu_fixed,
+    ),
+    (
+        "relu_ on a matmul output nothing saved",
+        "h = x @ w1; h.relu_(); out = h @ w2",
+        _relu_on_matmul_output,
+        _relu_on_matmul_output,
+    ),
 ]
 
 
@@ -98,8 +118,15 @@ def run_inplace(device="auto", preset: str = "auto", *, progress_bar: bool = Fal
         a1 = w1.clone().requires_grad_(True)
         a2 = w2.clone().requires_grad_(True)
         out, changed, saved_version = broken(x, a1, a2)
-        case = {"name": name, "code": code, "version_when_saved": int(saved_version), "version_at_backward": int(version(changed)),
-                "raised": False, "error_type": None, "message": None}
+        case = {
+            "name": name,
+            "code": code,
+            "version_when_saved": int(saved_version),
+            "version_at_backward": int(version(changed)),
+            "raised": False,
+            "error_type": None,
+            "message": None,
+        }
         try:
             out.sum().backward()
         except RuntimeError as exc:

@@ -71,7 +71,9 @@ class UnderflowResult:
     histogram_edges: list[int]
     histogram_counts: list[int]
     reference_zero_fraction: float
-    forward_floor: float = 0.0  # relative difference between the fp32 gradient and the exact gradient of the fp16 forward
+    forward_floor: float = (
+        0.0  # relative difference between the fp32 gradient and the exact gradient of the fp16 forward
+    )
     rows: list[dict] = field(default_factory=list)
 
     def table(self) -> str:
@@ -81,10 +83,27 @@ class UnderflowResult:
 def underflow_table(result) -> str:
     """Markdown table of an underflow result (live or loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
-    rows = [[r["scale"], r["flushed_fraction"], r["subnormal_fraction"], r["overflow_fraction"], r["param_grad_flushed_fraction"],
-             r["relative_error"], r["relative_error_same_forward"]] for r in rec["rows"]]
-    head = ["loss scale", "activation grads flushed to 0", "subnormal", "inf/NaN", "weight grads flushed to 0",
-            "weight grads: rel. error vs fp32", "rel. error vs exact backward of the fp16 forward"]
+    rows = [
+        [
+            r["scale"],
+            r["flushed_fraction"],
+            r["subnormal_fraction"],
+            r["overflow_fraction"],
+            r["param_grad_flushed_fraction"],
+            r["relative_error"],
+            r["relative_error_same_forward"],
+        ]
+        for r in rec["rows"]
+    ]
+    head = [
+        "loss scale",
+        "activation grads flushed to 0",
+        "subnormal",
+        "inf/NaN",
+        "weight grads flushed to 0",
+        "weight grads: rel. error vs fp32",
+        "rel. error vs exact backward of the fp16 forward",
+    ]
     return markdown_table(head, rows)
 
 
@@ -97,7 +116,11 @@ def _fp16_forward_in_fp32(model, x):
     """The model's fp16-autocast forward emulated in fp32: every Linear's input, weight, bias and output rounded to fp16."""
     h = x
     for m in model:
-        h = _rounded(F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias))) if isinstance(m, torch.nn.Linear) else m(h)
+        h = (
+            _rounded(F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias)))
+            if isinstance(m, torch.nn.Linear)
+            else m(h)
+        )
     return h
 
 
@@ -127,7 +150,9 @@ def _activation_grads(model, x, target, scale: float, autocast: bool):
     return parameters_to_vector(grads), weights
 
 
-def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES, progress_bar: bool = False) -> UnderflowResult:
+def run_underflow(
+    device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES, progress_bar: bool = False
+) -> UnderflowResult:
     """Backward in fp16 autocast for each loss scale; compare every gradient with fp32's and with the fp16 forward's."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
@@ -145,8 +170,14 @@ def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES,
     log2 = torch.log2(magnitudes[nonzero]).clamp(HISTOGRAM_EDGES[0], HISTOGRAM_EDGES[-1] - 1e-9)
     counts = torch.histc(log2, bins=len(HISTOGRAM_EDGES) - 1, min=HISTOGRAM_EDGES[0], max=HISTOGRAM_EDGES[-1])
     result = UnderflowResult(
-        device.type, preset, FP16_MIN_SUBNORMAL, FP16_MIN_NORMAL, FP16_MAX, list(HISTOGRAM_EDGES),
-        [int(c) for c in counts.tolist()], float((~nonzero).double().mean()),
+        device.type,
+        preset,
+        FP16_MIN_SUBNORMAL,
+        FP16_MIN_NORMAL,
+        FP16_MAX,
+        list(HISTOGRAM_EDGES),
+        [int(c) for c in counts.tolist()],
+        float((~nonzero).double().mean()),
         float((same_forward - ref_w.double()).norm() / ref_w.double().norm()),
     )
     for scale in progress(scales, desc="underflow", enabled=progress_bar):
@@ -156,13 +187,15 @@ def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES,
         small = finite & (act64.abs() < FP16_MIN_NORMAL) & (act64 != 0)
         w_nonzero = ref_w != 0
         unscaled = weights.double() / float(scale)
-        result.rows.append({
-            "scale": float(scale),
-            "flushed_fraction": float(((act64 == 0) & nonzero).double().sum() / nonzero.sum()),
-            "subnormal_fraction": float(small.double().mean()),
-            "overflow_fraction": float((~finite).double().mean()),
-            "param_grad_flushed_fraction": float(((weights == 0) & w_nonzero).double().sum() / w_nonzero.sum()),
-            "relative_error": float((unscaled - ref_w.double()).norm() / ref_w.double().norm()),
-            "relative_error_same_forward": float((unscaled - same_forward).norm() / same_forward.norm()),
-        })
+        result.rows.append(
+            {
+                "scale": float(scale),
+                "flushed_fraction": float(((act64 == 0) & nonzero).double().sum() / nonzero.sum()),
+                "subnormal_fraction": float(small.double().mean()),
+                "overflow_fraction": float((~finite).double().mean()),
+                "param_grad_flushed_fraction": float(((weights == 0) & w_nonzero).double().sum() / w_nonzero.sum()),
+                "relative_error": float((unscaled - ref_w.double()).norm() / ref_w.double().norm()),
+                "relative_error_same_forward": float((unscaled - same_forward).norm() / same_forward.norm()),
+            }
+        )
     return result
