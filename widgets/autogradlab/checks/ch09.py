@@ -29,9 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from autogradlab.checks.core import ExerciseError, call_learner, compare, passed
+from autogradlab.checks.stateful import Runs, recorded_scaler_calls, run_variants, variants
 from autogradlab.models.doctor import diagnose
 from autogradlab.torch_internals import SCALER_GROWTH_TRACKER_KEY
-from autogradlab.tracebacks import hint_for, is_kind
+from autogradlab.tracebacks import ERROR_KINDS, hint_for, is_kind
 
 # --------------------------------------------------------------------------- data and models
 
@@ -190,7 +191,11 @@ def _loss_value(out: Any, name: str) -> float:
 
 
 def _doctor_clean(step: Callable, model, optimizer, batches, name: str, hints: dict[str, str], scaler=None):
-    """Run the doctor; raise ExerciseError naming the first error/warning with this exercise's hint."""
+    """Run the doctor; raise ExerciseError naming the first error/warning with this exercise's hint.
+
+    ``hints`` maps a doctor finding's code, or the kind of error the step raised
+    (:data:`autogradlab.tracebacks.ERROR_KINDS`), to the exercise's hint.
+    """
     report = diagnose(step, model, optimizer, batches, scaler=scaler)
     raised = report["step-raised"]
     if raised:
@@ -200,9 +205,7 @@ def _doctor_clean(step: Callable, model, optimizer, batches, name: str, hints: d
                 f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` with your code, "
                 "run that cell, then run this check again."
             )
-        hint = next(
-            (h for text, h in hints.items() if text.startswith("raised:") and text[7:] in finding.message), None
-        )
+        hint = hint_for(finding.message, {kind: h for kind, h in hints.items() if kind in ERROR_KINDS})
         message = f"`{name}` raised {finding.message}\n  in your code: {finding.where}"
         raise ExerciseError(message + (f"\nHint: {hint}" if hint else ""))
     bad = report.errors + report.warnings
@@ -230,35 +233,33 @@ def _check_loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tu
     return first, last
 
 
-def _compare_params(
-    model: nn.Module, expected: dict[str, torch.Tensor], mistakes: dict[str, Callable[[], dict]], name: str, label: str
-) -> None:
-    """Parameters after the learner's steps vs the reference's; on a mismatch, name a known wrong step that
-    matches (``mistakes`` maps a hint to a function computing that wrong step's parameters, run only then)."""
-    got = {k: v.detach() for k, v in model.named_parameters()}
-    if all(torch.allclose(got[k], expected[k], rtol=1e-4, atol=1e-6) for k in expected):
+def _same_params(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> bool:
+    return all(torch.allclose(got[k], expected[k], rtol=1e-4, atol=1e-6) for k in expected)
+
+
+def _compare_params(runs: Runs, name: str, label: str) -> None:
+    """Parameters after the learner's steps vs the reference's; on a mismatch, name the variant (a typical
+    wrong step, run on the same setup) that left the same parameters, else the first parameter that differs."""
+    if _same_params(runs.learner, runs.reference):
         return
-    for hint, wrong_params in mistakes.items():
-        wrong = wrong_params()
-        if all(torch.allclose(got[k], wrong[k], rtol=1e-4, atol=1e-6) for k in expected):
-            raise ExerciseError(f"the parameters after {label} with `{name}` differ from the reference.\nHint: {hint}")
-    for key, value in expected.items():
-        compare(got[key], value, what=f"parameter `{key}` after {label} with `{name}`", label="the checker's batches")
+    variant = runs.closest(_same_params)
+    if variant is not None:
+        raise ExerciseError(
+            f"the parameters after {label} with `{name}` differ from the reference.\nHint: {variant.hint}"
+        )
+    for key, value in runs.reference.items():
+        compare(
+            runs.learner[key],
+            value,
+            what=f"parameter `{key}` after {label} with `{name}`",
+            label="the checker's batches",
+        )
 
 
 def _stale_grads(model: nn.Module) -> None:
     """Gradients left over from elsewhere (a validation pass that called backward, say)."""
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.5)
-
-
-def _params_after(step: Callable, make: Callable, batches, seed: int) -> dict[str, torch.Tensor]:
-    model, run = make(step)
-    _stale_grads(model)
-    torch.manual_seed(seed)
-    for batch in batches:
-        run(batch)
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
 # --------------------------------------------------------------------------- exercise 1: repaired forward
@@ -468,11 +469,9 @@ def _scaler_steps(amp_step: Callable, batch) -> int:
     model = TinyConvNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
     scaler = torch.amp.GradScaler("cpu")
-    calls = []
-    original = scaler.step
-    scaler.step = lambda opt, *a, **k: calls.append(1) or original(opt, *a, **k)
-    call_learner(amp_step, (model, optimizer, scaler, batch, {"updates": 0}), "amp_step", "one batch")
-    return len(calls)
+    with recorded_scaler_calls(scaler, ("step",)) as calls:
+        call_learner(amp_step, (model, optimizer, scaler, batch, {"updates": 0}), "amp_step", "one batch")
+    return calls.count("step")
 
 
 def _updates_counted(amp_step: Callable, data) -> tuple[int, int, int]:
@@ -495,25 +494,43 @@ def _updates_counted(amp_step: Callable, data) -> tuple[int, int, int]:
     return counter.get("updates"), len(ran), len(data)
 
 
-AMP_MISTAKES = {
-    f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.": dict(
-        clip="none"
+# Each typical slip of the AMP step: (name, hint, the reference step's settings that make it).
+_AMP_SLIPS = {
+    "no_clip": (
+        f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.",
+        dict(clip="none"),
     ),
-    f"the gradients are always rescaled to norm {CLIP_NORM}: clipping (clip_grad_norm_) only shrinks gradients "
-    "whose norm is above the threshold and leaves the others alone.": dict(clip="rescale"),
-    f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's parameters "
-    "under torch.no_grad().": dict(clamp="none"),
-    "only the head is constrained: clamp model.head.parameters(), not every parameter.": dict(clamp="all"),
-    "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).": dict(
-        autocast=None
+    "always_rescale": (
+        f"the gradients are always rescaled to norm {CLIP_NORM}: clipping (clip_grad_norm_) only shrinks gradients "
+        "whose norm is above the threshold and leaves the others alone.",
+        dict(clip="rescale"),
     ),
-    "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler), "
-    "torch.autocast('cpu', dtype=torch.float16).": dict(autocast=torch.bfloat16),
-    "your step used gradients that were already in .grad when it started (the checker leaves some there, as a "
-    "validation pass that called backward would): clear them at the start of the step, before backward.": dict(
-        zero_grad="end"
+    "no_clamp": (
+        f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's parameters "
+        "under torch.no_grad().",
+        dict(clamp="none"),
+    ),
+    "clamp_all": (
+        "only the head is constrained: clamp model.head.parameters(), not every parameter.",
+        dict(clamp="all"),
+    ),
+    "fp32": (
+        "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).",
+        dict(autocast=None),
+    ),
+    "bf16": (
+        "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler), "
+        "torch.autocast('cpu', dtype=torch.float16).",
+        dict(autocast=torch.bfloat16),
+    ),
+    "stale_grads": (
+        "your step used gradients that were already in .grad when it started (the checker leaves some there, as a "
+        "validation pass that called backward would): clear them at the start of the step, before backward.",
+        dict(zero_grad="end"),
     ),
 }
+AMP_VARIANTS = variants(lambda name: _amp_variant(**_AMP_SLIPS[name][1]), {n: h for n, (h, _) in _AMP_SLIPS.items()})
+
 
 AMP_HINTS = {
     "clip-before-unscale": "call scaler.unscale_(optimizer) before clip_grad_norm_, then scaler.step(optimizer).",
@@ -521,8 +538,9 @@ AMP_HINTS = {
     "update-undone": f"the clamp after the step puts the head back where it was: is the bound {HEAD_LIMIT:g}? "
     "(4 // 10 is integer division: 0).",
     "grad-not-cleared": "call optimizer.zero_grad() at the start of the step.",
-    "raised:No inf checks": "step with scaler.step(optimizer) (not optimizer.step()) before scaler.update().",
-    "raised:_scale is None": "backward the scaled loss: scaler.scale(loss).backward().",
+    # by the kind of error the step raised (autogradlab.tracebacks.ERROR_KINDS)
+    "scaler_no_inf_checks": "step with scaler.step(optimizer) (not optimizer.step()) before scaler.update().",
+    "scaler_never_scaled": "backward the scaled loss: scaler.scale(loss).backward().",
 }
 
 
@@ -565,25 +583,35 @@ def check_amp_step(amp_step) -> None:
         )
     for seed in (0, 1):
         make = _amp_setup(seed)
-        expected = _params_after(reference_amp_step, make, data[:6], seed)
-        mistakes = {
-            hint: partial(_params_after, _amp_variant(**kw), make, data[:6], seed) for hint, kw in AMP_MISTAKES.items()
-        }
-        learner_model, run = make(amp_step)
-        _stale_grads(learner_model)
-        torch.manual_seed(seed)
-        for batch in data[:6]:
-            x, y = batch[0].clone(), batch[1].clone()
+
+        def run(step, call=None, make=make, seed=seed):
+            """Six steps from the same seeded setup, with stale gradients; the parameters they leave."""
+            model, one_step = make(step)
+            _stale_grads(model)
+            torch.manual_seed(seed)
+            for batch in data[:6]:
+                if call is None:
+                    one_step(batch)
+                    continue
+                x, y = batch[0].clone(), batch[1].clone()
+                call(one_step, ((x, y),))
+                if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
+                    raise ExerciseError(
+                        f"`{name}` changed the batch it was given in place: the caller may still use it."
+                    )
+            return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+        def call(one_step, args):
             _call_without_helpers(
-                run,
-                ((x, y),),
+                one_step,
+                args,
                 name,
                 "the checker's batches",
                 "write the step yourself (reference_amp_step is the checker's answer).",
             )
-            if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
-                raise ExerciseError(f"`{name}` changed the batch it was given in place: the caller may still use it.")
-        _compare_params(learner_model, expected, mistakes, name, f"6 steps (seed {seed})")
+
+        runs = run_variants(run, amp_step, reference_amp_step, AMP_VARIANTS, call=call)
+        _compare_params(runs, name, f"6 steps (seed {seed})")
     counted, ran, calls = _updates_counted(amp_step, data[:8])
     if counted != ran:
         why = (
