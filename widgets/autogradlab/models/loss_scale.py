@@ -14,6 +14,7 @@ is a float32, so every product is rounded to float32 as GradScaler's kernel does
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -156,6 +157,7 @@ def simulate(
     return ScaleTrace(scales, overflows, scale, tracker)
 
 
+@functools.lru_cache(maxsize=4096)  # simulate asks once per step, mostly for the same few scales
 def overflows_fp16(value: float) -> bool:
     """Whether ``value`` becomes inf when cast to fp16 (values up to 65519.99… round down to 65504).
 

@@ -267,3 +267,17 @@ def explore(
     difference = float((by_jacobian - by_autograd).abs().max()) if by_jacobian.numel() else 0.0
     return Exploration(op, shapes, dim, op.inputs[wrt_index], inputs, output.detach(), J, vector,
                        by_jacobian, by_autograd, difference)
+
+
+def rounding_level(r: Exploration) -> float:
+    """How large rounding alone can make an entry of vᵀJ: the dtype's eps times the largest Σᵢ |vᵢ Jᵢⱼ|.
+
+    An entry of vᵀJ (or of autograd's VJP) within a small multiple of this is zero up to
+    rounding, whatever its printed digits: softmax with v = ones gives such entries.
+
+    >>> r = explore("softmax", [(2, 3)], v="ones")
+    >>> float(r.vjp_from_jacobian.abs().max()) < 10 * rounding_level(r)
+    True
+    """
+    terms = r.v.reshape(-1).abs() @ r.jacobian.abs()
+    return torch.finfo(r.jacobian.dtype).eps * float(terms.max()) if terms.numel() else 0.0

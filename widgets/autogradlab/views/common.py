@@ -1,0 +1,66 @@
+"""What the drawn views share: the picture widget, the message line, readouts, and redraws that never raise.
+
+A view's picture is an SVG chart (:mod:`autogradlab.render.chart`) in an ``ipywidgets.HTML``:
+drawn at its own pixel size (never stretched), sharp at any zoom, and quick to build
+and send. Sliders use ``continuous_update=True``: the front end sends at most one
+change at a time and merges the ones that arrive meanwhile (ipywidgets' message
+throttle), so a drag shows the last value without a backlog of redraws.
+
+>>> box = picture()
+>>> box.value = "<svg></svg>"
+>>> readout("a = <b>1</b>", "b = 2")
+'<div style="line-height:1.6"><span style="white-space:nowrap">a = <b>1</b></span> &nbsp;·&nbsp; <span style="white-space:nowrap">b = 2</span></div>'
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import traceback
+
+import ipywidgets as w
+
+ERROR_COLOR = "#b00020"
+BUG = "This view hit a bug"  # the corner-sweep test looks for it: it must never appear
+
+
+def picture() -> w.HTML:
+    """The widget a view draws its SVG into: natural size, scrolls sideways if the output is narrower."""
+    return w.HTML(layout=w.Layout(overflow_x="auto", overflow_y="hidden", align_self="flex-start", max_width="100%"))
+
+
+def message_html(text: str, error: bool = True) -> str:
+    """A message line (``text`` is HTML)."""
+    color = ERROR_COLOR if error else "#333"
+    mark = "⚠ " if error else ""
+    return f"<div style='color:{color};margin:2px 0'>{mark}{text}</div>"
+
+
+def readout(*items: str) -> str:
+    """Readout items (HTML) separated by dots; each item wraps as a whole, never leaving a lone number behind."""
+    spans = " &nbsp;·&nbsp; ".join(f'<span style="white-space:nowrap">{item}</span>' for item in items)
+    return f'<div style="line-height:1.6">{spans}</div>'
+
+
+def never_raises(redraw):
+    """Wrap a view's redraw: an unexpected error is shown in the view's message line and the picture is cleared.
+
+    Observers run in the kernel, where a traceback would go to a log the learner never
+    sees and leave a stale picture; this way the view says that something failed.
+    """
+
+    @functools.wraps(redraw)
+    def guarded(self, *args, **kwargs):
+        try:
+            return redraw(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 (shown, never swallowed silently)
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self.message.value = message_html(
+                f"{BUG}: {html.escape(type(exc).__name__)}: {html.escape(str(exc))} "
+                f"(at {html.escape(where.name)}, line {where.lineno}). Please report it with the settings above."
+            )
+            self.picture.value = ""
+            if hasattr(self, "readout"):
+                self.readout.value = ""
+
+    return guarded
