@@ -8,7 +8,7 @@ from autogradlab.views import AccumulationLab
 def test_initial_state_and_repr():
     lab = AccumulationLab()
     assert repr(lab) == "AccumulationLab(K=4, reduction='mean', spread=0.5, dtype='float32')"
-    assert "relative error" in lab.readout.value and lab.picture.value[:4] == b"\x89PNG"
+    assert "relative error" in lab.readout.value and lab.picture.value.startswith("<svg")
     assert list(lab.k.options) == [1, 2, 3, 4, 6, 8, 12, 16]
 
 
@@ -35,6 +35,14 @@ def test_results_are_cached_per_setting():
     lab.k.value = 8
     lab.k.value = 2
     assert len(lab._cache) == 1
+    lab.dtype.value = "bfloat16"
+    lab.dtype.value = "float32"
+    assert len(lab._cache) == 2
+
+
+def test_an_exact_zero_error_sits_on_the_exact_0_line():
+    lab = AccumulationLab(accum_steps=1, reduction="sum", dtype="float64")
+    assert "relative error 0.00e+00" in lab.readout.value and "exact 0" in lab.picture.value
 
 
 def test_bad_reduction_is_a_clear_error():

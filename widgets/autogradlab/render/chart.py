@@ -11,7 +11,7 @@ plot area without ids, so many charts can share a page.
 >>> p = chart.panel(50, 30, 250, 130, xlim=(0, 3), ylim=(0, 9))
 >>> p.line([0, 1, 2, 3], [0, 1, 4, 9], color=BLUE)
 >>> p.axes(xlabel="x", ylabel="x²")
->>> chart.legend(50, 4, [("line", BLUE, "x²")])
+>>> legend_height = chart.legend(50, 4, [("line", BLUE, "x²")])
 >>> svg = chart.svg()
 >>> svg.startswith("<svg") and svg.count("<path") >= 1 and chart.svg() == svg
 True
@@ -49,10 +49,10 @@ def text_width(text: str, size: float = FONT_SIZE) -> float:
 
 
 def number(value: float, digits: int = 3) -> str:
-    """A short label for a tick or a cell: ``0.25``, ``1500``, ``1.5e-07``, with a true minus sign.
+    """A short label for a tick or a cell: ``0.25``, ``1500``, ``1.5e−07``, with true minus signs.
 
     >>> number(-0.25), number(2.0), number(1500.0), number(1.5e-7)
-    ('−0.25', '2', '1500', '1.5e-07')
+    ('−0.25', '2', '1500', '1.5e−07')
     """
     if math.isfinite(value) and value == int(value) and abs(value) < 1e6:
         return str(int(value)).replace("-", "−")
@@ -72,7 +72,7 @@ def power(base: int, exponent: int) -> str:
 def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
     """Round tick values (1, 2, 2.5 or 5 times a power of ten) covering [lo, hi], about ``target`` of them.
 
-    >>> nice_ticks(-3, 3)
+    >>> nice_ticks(-3, 3, target=6)
     [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0]
     >>> nice_ticks(0, 0.9)
     [0.0, 0.2, 0.4, 0.6, 0.8]
@@ -242,10 +242,11 @@ class Panel:
         """A message in the middle of the plot area (e.g. why there is nothing to draw)."""
         self.data.append(_text(self.width / 2, self.height / 2, text, color=color, anchor="middle", size=LABEL_SIZE))
 
-    def heatmap(self, values: Sequence[Sequence[float]], scale: float, annotate=None) -> None:
+    def heatmap(self, values: Sequence[Sequence[float]], scale: float, annotate=None, dead_zone: float = 0.0) -> None:
         """Cells coloured on the symmetric ``scale`` (row 0 at the top; xlim/ylim should be the column/row counts).
 
-        ``annotate(value) -> str`` writes a number in each cell (white on dark cells).
+        ``annotate(value) -> str`` writes a number in each cell (white on dark cells); values with
+        ``|value| <= dead_zone`` are coloured exactly as 0.
         """
         rows, cols = len(values), len(values[0]) if len(values) else 0
         cw, ch = self.width / max(cols, 1), self.height / max(rows, 1)
@@ -253,8 +254,9 @@ class Panel:
         for i, row in enumerate(values):
             for j, v in enumerate(row):
                 v = float(v)
+                shade = 0.0 if abs(v) <= dead_zone else v
                 cells.append(f'<rect x="{_f(j * cw)}" y="{_f(i * ch)}" width="{_f(cw + 0.3)}" height="{_f(ch + 0.3)}" '
-                             f'fill="{diverging(v, scale)}"/>')
+                             f'fill="{diverging(shade, scale)}"/>')
                 if annotate is not None:
                     dark = scale > 0 and abs(v) > 0.6 * scale
                     texts.append(_text(j * cw + cw / 2, i * ch + ch / 2 + 4, annotate(v), anchor="middle",
@@ -381,8 +383,9 @@ class Chart:
             self.extra.append(_text(x + width + 12, y + 25, note, color=MUTED))
 
     def svg(self) -> str:
-        """The whole chart as one self-contained ``<svg>`` element, drawn at its own pixel size."""
+        """The whole chart as one self-contained ``<svg>`` element, drawn at its own pixel size (or, where the
+        output is narrower, scaled down to fit: vector graphics stay sharp)."""
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(self.width)}" height="{_f(self.height)}" '
                 f'viewBox="0 0 {_f(self.width)} {_f(self.height)}" font-family="{FONT}" font-size="{FONT_SIZE}" '
-                f'style="display:block">'
+                f'style="display:block;max-width:100%;height:auto">'
                 + "".join(p.svg() for p in self.panels) + "".join(self.extra) + "</svg>")

@@ -37,8 +37,8 @@ class Box:
 
     @property
     def left(self) -> float:
-        # The stub text ends 3 px left of a stub 6 px inside the box's left edge.
-        stub = max(style.text_width(self.stub_text, small=True) - 1, 0.0) if self.stub_text else 0.0
+        # The stub leaves the box 8 px inside its left edge, turns left, and its text ends 5 px left of the edge.
+        stub = style.text_width(self.stub_text, small=True) + 5 if self.stub_text else 0.0
         return self.body_w / 2 + max(self.note_w + 6 if self.note or self.reserve_note else 0.0, stub)
 
     @property

@@ -31,6 +31,9 @@ def _legend(kinds: list[tuple[str, str]], width: float, direction: str) -> tuple
             x, y = 0.0, y + LEGEND_ROW
         if kind == "arrow":
             out.append(f'<path class="edge" d="M{x:.0f},{y + 7:.0f}h16" marker-end="url(#agl-arrow)"/>')
+        elif kind == "nograd":
+            out.append(f'<path class="nograd" d="M{x + 16:.0f},{y + 2:.0f}v6h-12"/>'
+                       f'<circle class="nograd" cx="{x + 2:.0f}" cy="{y + 8:.0f}" r="2"/>')
         elif kind == "shared":
             out.append(f'<text class="sm" x="{x + 2:.0f}" y="{y + 11:.0f}">≡k</text>')
             text = text.split(": ", 1)[1]
@@ -71,11 +74,13 @@ def _box(box: Box, cx: float, top: float, out: list[str]) -> None:
     if box.note:
         out.append(f'<text class="sm note e" x="{left - 6:.0f}" y="{top + h / 2 + 4:.0f}">{esc(box.note)}</text>')
     if box.no_grad:
-        # A dashed stub at the lower left: an input that needs no gradient (None in next_functions).
-        sx, sy = left + 6, top + h
-        out.append(f'<path class="nograd" d="M{sx:.0f},{sy:.0f}v9"/>')
+        # A dashed stub from the lower left, ending in an open circle: an input that needs no gradient
+        # (None in next_functions). The text sits at the stub's end, so it visibly belongs to this box.
+        sx, sy = left + 8, top + h
+        out.append(f'<path class="nograd" d="M{sx:.0f},{sy:.0f}v8h-9"/>'
+                   f'<circle class="nograd" cx="{sx - 11:.0f}" cy="{sy + 8:.0f}" r="2"/>')
         if box.stub_text:
-            out.append(f'<text class="sm e nogradtext" x="{sx - 3:.0f}" y="{sy + 11:.0f}">{box.stub_text}</text>')
+            out.append(f'<text class="sm e nogradtext" x="{sx - 16:.0f}" y="{sy + 12:.0f}">{box.stub_text}</text>')
     out.append("</g>")
 
 
@@ -88,9 +93,11 @@ def write_svg(scene: Scene, layout: Layout, *, direction: str = "backward", lege
         kinds = list(style.LEGEND) + ([("group", "module group (collapsed)")] if scene.collapsed else [])
         if scene.shared:
             kinds.append(("shared", "≡k: one storage, held once"))
+        if any(b.no_grad for b in scene.boxes):
+            kinds.append(("nograd", "input that needs no grad (None in next_functions)"))
         head, legend_h = _legend(kinds, max(width - 2 * MARGIN, MIN_LEGEND_WIDTH), direction)
         width = max(width, MIN_LEGEND_WIDTH + 2 * MARGIN)
-    height = layout.height + legend_h + 2 * MARGIN + 14  # room for no-grad stubs below the last row
+    height = layout.height + legend_h + 2 * MARGIN + 16  # room for no-grad stubs below the last row
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="agl" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">',

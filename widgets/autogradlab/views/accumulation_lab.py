@@ -9,7 +9,7 @@ from autogradlab.render.chart import BLUE, CRIMSON, GRAY, Chart, power
 from autogradlab.views.common import message_html, never_raises, picture, readout
 
 FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
-WIDTH, HEIGHT = 880, 330
+WIDTH, HEIGHT = 860, 330
 
 
 class AccumulationLab(w.VBox):
@@ -91,7 +91,7 @@ class AccumulationLab(w.VBox):
         x_ticks = [(k, str(k)) for k in ks]
         xlim = (ks[0] / 1.25, ks[-1] * 1.25)
 
-        left = chart.panel(80, 56, 320, 214, xlim=xlim, ylim=(FLOOR / 10**1.5, 100.0), xlog=True, ylog=True)
+        left = chart.panel(80, 56, 310, 214, xlim=xlim, ylim=(FLOOR / 10**1.5, 100.0), xlog=True, ylog=True)
         errors = [max(r.relative_error, FLOOR) for r in results]
         left.line(ks, errors, color=BLUE)
         left.markers(ks, errors, color=BLUE, size=3.5)
@@ -102,7 +102,7 @@ class AccumulationLab(w.VBox):
 
         factors = [r.lr_factor for r in results]
         top = max(2.0, 1.15 * max(factors))
-        right = chart.panel(540, 56, 320, 214, xlim=xlim, ylim=(0.0, top), xlog=True)
+        right = chart.panel(530, 56, 310, 214, xlim=xlim, ylim=(0.0, top), xlog=True)
         right.line(ks, factors, color=BLUE)
         right.markers(ks, factors, color=BLUE, size=3.5)
         right.hline(1.0, color=GRAY, dash="5 4")  # the references on top: the factor may run along either

@@ -22,11 +22,14 @@ import ipywidgets as w
 
 ERROR_COLOR = "#b00020"
 BUG = "This view hit a bug"  # the corner-sweep test looks for it: it must never appear
+PICTURE_CLASS = "agl-picture"  # the browser test finds each view's picture by it
 
 
 def picture() -> w.HTML:
     """The widget a view draws its SVG into: natural size, scrolls sideways if the output is narrower."""
-    return w.HTML(layout=w.Layout(overflow_x="auto", overflow_y="hidden", align_self="flex-start", max_width="100%"))
+    box = w.HTML(layout=w.Layout(overflow="auto hidden", align_self="flex-start", max_width="100%"))
+    box.add_class(PICTURE_CLASS)
+    return box
 
 
 def message_html(text: str, error: bool = True) -> str:

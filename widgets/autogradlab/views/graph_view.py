@@ -10,6 +10,7 @@ import ipywidgets as w
 from autogradlab.units import format_bytes
 from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_shape, record_backward
 from autogradlab.render import MAX_NODES, build_scene, to_svg
+from autogradlab.views.common import PICTURE_CLASS, never_raises
 
 
 class GraphView(w.VBox):
@@ -38,19 +39,28 @@ class GraphView(w.VBox):
         self.record: BackwardRecord | None = None
         self._builder: Callable | None = None
 
-        self.saved_box = w.Checkbox(value=saved, description="saved tensors", indent=False)
-        self.shapes_box = w.Checkbox(value=shapes, description="shapes", indent=False)
+        self._quiet = False  # True while show() sets controls: one redraw at its end, not one per control
+        # width auto: each control as wide as its content, so "arrows" stays on the line of its buttons
+        self.saved_box = w.Checkbox(value=saved, description="saved tensors", indent=False,
+                                    layout=w.Layout(width="auto", margin="0 24px 0 0"))
+        self.shapes_box = w.Checkbox(value=shapes, description="shapes", indent=False,
+                                     layout=w.Layout(width="auto", margin="0 24px 0 0"))
+        # The label is a widget of its own: a ToggleButtons description wraps above the buttons when space is short.
         self.direction = w.ToggleButtons(options=[("gradient flow", "backward"), ("data flow", "forward")],
-                                         value=direction, description="arrows", style={"button_width": "110px"})
-        self.step = w.IntSlider(value=0, min=0, max=0, description="backward step", continuous_update=False,
+                                         value=direction, layout=w.Layout(width="auto"), style={"button_width": "110px"})
+        arrows = w.Label("arrows:", layout=w.Layout(width="auto", margin="0 6px 0 0"))
+        self.step = w.IntSlider(value=0, min=0, max=0, description="backward step", continuous_update=True,
                                 style={"description_width": "initial"})
         self.prev_button = w.Button(description="◀", tooltip="previous backward step", layout=w.Layout(width="40px"))
         self.next_button = w.Button(description="▶", tooltip="next backward step", layout=w.Layout(width="40px"))
         self.rebuild_button = w.Button(description="↻ rebuild graph", tooltip="run the function again")
         self.expand = w.SelectMultiple(options=[], description="expand", rows=4)
         self.message = w.HTML()
-        self.picture = w.HTML(layout=w.Layout(overflow="auto", max_height="700px", border="1px solid #dee2e6"))
-        self.info = w.HTML()
+        # At most about a screen high (it scrolls inside), so the step text above stays in view while stepping.
+        self.picture = w.HTML(layout=w.Layout(overflow="auto", max_height="min(700px, 70vh)", border="1px solid #dee2e6"))
+        self.picture.add_class(PICTURE_CLASS)
+        self.info = w.HTML()  # "Step k of n": right under the ▶ button
+        self.summary = w.HTML()  # the leaves' .grad after the last step, under the picture
         self.memory = w.HTML()
 
         for control in (self.saved_box, self.shapes_box, self.direction, self.step, self.expand):
@@ -58,9 +68,12 @@ class GraphView(w.VBox):
         self.prev_button.on_click(lambda _: self._move(-1))
         self.next_button.on_click(lambda _: self._move(+1))
         self.rebuild_button.on_click(lambda _: self.show(self._builder) if self._builder else None)
-        self.toggles = w.HBox([self.saved_box, self.shapes_box, self.direction])
-        self.stepper = w.HBox([self.prev_button, self.step, self.next_button, self.rebuild_button])
-        super().__init__([self.message, self.toggles, self.stepper, self.expand, self.picture, self.info, self.memory])
+        self.toggles = w.HBox([self.saved_box, self.shapes_box, w.HBox([arrows, self.direction])],
+                              layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.stepper = w.HBox([self.prev_button, self.step, self.next_button, self.rebuild_button],
+                              layout=w.Layout(flex_flow="row wrap"))
+        super().__init__([self.message, self.toggles, self.stepper, self.info, self.expand, self.picture, self.summary,
+                          self.memory])
         self.show(source)
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
@@ -97,13 +110,17 @@ class GraphView(w.VBox):
             return
         del output  # the view keeps plain data only, never the tensors (or their activations)
         scene = build_scene(self.graph, max_nodes=self.max_nodes)
-        self.expand.options = scene.groups if scene.collapsed else []
-        self.expand.layout.display = None if scene.collapsed else "none"
         steps = len(self.record.steps) if self.record and not self.record.error else 0
-        self.step.max = steps
-        self.step.value = 0
-        for control in (self.step, self.prev_button, self.next_button):
-            control.disabled = steps == 0
+        self._quiet = True
+        try:
+            self.expand.options = scene.groups if scene.collapsed else []
+            self.expand.layout.display = None if scene.collapsed else "none"
+            self.step.value = 0
+            self.step.max = steps
+            for control in (self.step, self.prev_button, self.next_button):
+                control.disabled = steps == 0
+        finally:
+            self._quiet = False
         self.message.value = self._status()
         self.memory.value = self._memory()
         self._redraw()
@@ -123,7 +140,7 @@ class GraphView(w.VBox):
         self.toggles.layout.display = self.picture.layout.display = "none"
         # A function can be fixed and rebuilt: keep its button visible.
         self.stepper.layout.display = None if self._builder else "none"
-        self.info.value = self.memory.value = ""
+        self.info.value = self.summary.value = self.memory.value = ""
         self.step.max, self.step.value = 0, 0
         self.expand.options = []
         self.expand.layout.display = "none"
@@ -167,8 +184,9 @@ class GraphView(w.VBox):
     def _move(self, delta: int) -> None:
         self.step.value = min(max(self.step.value + delta, 0), self.step.max)
 
+    @never_raises
     def _redraw(self, _change: Any = None) -> None:
-        if self.graph is None:
+        if self.graph is None or self._quiet:
             return
         highlight, visited, notes = None, [], {}
         k = self.step.value
@@ -184,23 +202,26 @@ class GraphView(w.VBox):
             expand=self.expand.value, max_nodes=self.max_nodes, highlight=highlight, visited=visited, notes=notes,
         )
         self.info.value = self._step_text(k, steps)
+        self.summary.value = self._grads_table() if steps and k == len(steps) else ""
 
     def _step_text(self, k: int, steps: list) -> str:
         if not steps:
             return ""
         if k == 0:
-            return (f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
+            text = (f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
                     "the output with gradient 1 (ones for a non-scalar output).")
-        s = steps[k - 1]
-        shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
-        norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
-        text = f"Step {k} of {len(steps)}: <b>{html.escape(s.name)}</b> ran; the gradient arriving had {norm}, shape {shapes}."
-        node = self.graph.node(s.node_id)
-        if node.kind == "leaf":
-            text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
-        if k == len(steps):
-            text += "<br>" + self._grads_table()
-        return text
+        else:
+            s = steps[k - 1]
+            shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
+            norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
+            text = (f"<b>Step {k} of {len(steps)}</b>: <b>{html.escape(s.name)}</b> ran; the gradient arriving had "
+                    f"{norm}, shape {shapes}.")
+            node = self.graph.node(s.node_id)
+            if node.kind == "leaf":
+                text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
+            if k == len(steps):
+                text += " Backward finished: the leaves' <code>.grad</code> are in the table under the graph."
+        return f'<div style="line-height:1.5;margin:2px 0">{text}</div>'
 
     def _grads_table(self) -> str:
         rows = []

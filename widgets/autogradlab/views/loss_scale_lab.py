@@ -19,7 +19,7 @@ from autogradlab.render.chart import BLUE, CRIMSON, GRAY, ORANGE, PURPLE, Chart,
 from autogradlab.views.common import message_html, never_raises, picture, readout
 
 _EDGES = [float(b) for b in range(-50, 22)]  # log₂|g| bins: fp16's whole range and some room on both sides
-WIDTH, HEIGHT = 960, 350
+WIDTH, HEIGHT = 880, 350
 _CACHE_SIZE = 64
 
 
@@ -128,9 +128,9 @@ class LossScaleLab(w.VBox):
         lo, hi = min(logs), max(logs)
         pad = max(1.0, 0.08 * (hi - lo))
         n = len(trace.scales)
-        left = chart.panel(70, 64, 400, 226, xlim=(0, max(n - 1, 1)), ylim=(lo - pad, hi + pad))
-        chart.legend(70, 4, [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
-                     width=400)
+        left = chart.panel(66, 64, 360, 226, xlim=(0, max(n - 1, 1)), ylim=(lo - pad, hi + pad))
+        chart.legend(66, 4, [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
+                     width=360)
         steps = list(range(len(scales)))
         left.line(steps, logs, color=BLUE, step=True)
         shown = [i for i in skipped if zero_at is None or i < zero_at]
@@ -148,8 +148,8 @@ class LossScaleLab(w.VBox):
         shift = math.log2(trace.final_scale) if trace.final_scale > 0 else None
         counts = bin_counts([v + shift for v in self._log2_list], _EDGES) if shift is not None else []
         top = 1.1 * max(self._unscaled_counts + counts)
-        right = chart.panel(540, 64, 400, 226, xlim=(_EDGES[0], _EDGES[-1]), ylim=(0, top))
-        chart.legend(540, 4, right_items, width=400)
+        right = chart.panel(504, 64, 360, 226, xlim=(_EDGES[0], _EDGES[-1]), ylim=(0, top))
+        chart.legend(504, 4, right_items, width=360)
         zero_edge = math.log2(FP16_MIN_SUBNORMAL) - 1  # below half the smallest subnormal, a value rounds to 0
         right.vband(_EDGES[0], zero_edge, CRIMSON, 0.12)
         right.vband(zero_edge, math.log2(FP16_MIN_NORMAL), ORANGE, 0.15)
@@ -161,5 +161,5 @@ class LossScaleLab(w.VBox):
             right.note("final scale 0: every scaled gradient is 0")
         x_ticks = [(float(v), str(v).replace("-", "−")) for v in range(-50, 21, 10)]
         right.axes(xlabel="log₂ |gradient| in fp16", ylabel="count", xticks=x_ticks,
-                   title="where the gradients land in fp16 at the final scale")
+                   title="where |g| lands in fp16 at the final scale")
         return chart.svg()

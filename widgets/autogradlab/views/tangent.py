@@ -22,6 +22,8 @@ class TangentExplorer(w.VBox):
 
     def __init__(self, functions=None, x: float = 1.0, lo: float = -3.0, hi: float = 3.0, fn: str | None = None):
         self.functions = dict(functions or FUNCTIONS)
+        if fn is not None and fn not in self.functions:
+            raise ValueError(f"unknown function {fn!r}: choose one of {', '.join(self.functions)}")
         self.lo, self.hi = lo, hi
         self.fn_picker = w.Dropdown(options=list(self.functions), description="f(x) =")
         if fn is not None:

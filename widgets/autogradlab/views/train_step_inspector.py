@@ -7,9 +7,10 @@ import html
 import ipywidgets as w
 
 from autogradlab.models.train_state import STATE_TITLES, StepSession
+from autogradlab.views.common import PICTURE_CLASS
 
 _CHANGED = "background:#ffe58a;font-weight:600"
-_CELL = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
+_CELL = "padding:2px 8px;line-height:1.4;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
 
 
 class TrainStepInspector(w.VBox):
@@ -32,6 +33,7 @@ class TrainStepInspector(w.VBox):
         self.listing = w.HTML()
         self.status = w.HTML()
         self.table = w.HTML()
+        self.table.add_class(PICTURE_CLASS)
         self.next_button.on_click(self._next)
         self.run_button.on_click(self._run)
         self.reset_button.on_click(self._reset)
@@ -96,7 +98,7 @@ def _listing(session: StepSession) -> str:
     rows = []
     ran = len(session.history)
     for i, line in enumerate(session.lines):
-        style = "padding:1px 6px;white-space:pre;font-family:monospace;font-size:12px"
+        style = "padding:1px 6px;line-height:1.5;white-space:pre;font-family:monospace;font-size:12px"
         if i == ran - 1:
             style += ";background:#ffcdd2" if session.error else ";background:#ffe58a"
         elif i >= ran:

@@ -19,7 +19,8 @@ from autogradlab.models.vjp import (
 from autogradlab.render.chart import INK, MUTED, Chart, number, text_width
 from autogradlab.views.common import message_html, never_raises, picture
 
-ZERO_UP_TO_ROUNDING = 100  # an entry of vᵀJ within this many rounding levels of 0 is printed ≈0 and drawn white
+ZERO_UP_TO_ROUNDING = 100  # an entry of vᵀJ within this many rounding levels of 0 is zero up to rounding:
+# it is printed ≈0 and drawn white, and the colour scale of the VJP rows never gets finer than that
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:
@@ -125,6 +126,20 @@ class VJPExplorer(w.VBox):
         )
 
 
+def colour_scales(r: Exploration) -> tuple[float, float, float]:
+    """The ± ranges of the colours: J's largest |entry|, v's, and one for vᵀJ, autograd's VJP and their
+    difference, never below ``ZERO_UP_TO_ROUNDING`` rounding levels of vᵀJ (so rounding noise is drawn white).
+
+    >>> r = explore("relu", v="ones")
+    >>> colour_scales(r)[1:]
+    (1.0, 1.0)
+    """
+    j_scale = float(r.jacobian.abs().max()) if r.jacobian.numel() else 0.0
+    v_scale = float(r.v.abs().max()) if r.v.numel() else 0.0
+    peak = max(float(t.abs().max()) if t.numel() else 0.0 for t in (r.vjp_from_jacobian, r.vjp_from_autograd))
+    return j_scale or 1.0, v_scale or 1.0, max(peak, ZERO_UP_TO_ROUNDING * rounding_level(r)) or 1.0
+
+
 def draw_exploration(r: Exploration) -> str:
     """The Jacobian with v beside it and vᵀJ, autograd's VJP and their difference below, as one SVG.
 
@@ -139,10 +154,7 @@ def draw_exploration(r: Exploration) -> str:
             ("autograd", r.vjp_from_autograd.reshape(-1).tolist()),
             ("difference", (r.vjp_from_jacobian - r.vjp_from_autograd).reshape(-1).tolist())]
     zero = ZERO_UP_TO_ROUNDING * rounding_level(r)
-    j_scale = max((abs(x) for row in J for x in row), default=0.0) or 1.0
-    v_scale = max((abs(x) for x in v), default=0.0) or 1.0
-    peak = max((abs(x) for _, values in rows[:2] for x in values), default=0.0)
-    vec_scale = max(peak, zero) or 1.0
+    j_scale, v_scale, vec_scale = colour_scales(r)
 
     annotate = n <= 12 and m <= 16
     cw, ch = (52, 24) if annotate else (18, 16)
@@ -152,11 +164,11 @@ def draw_exploration(r: Exploration) -> str:
     rows_bottom = rows_top + 3 * ch + 2 * 8
     bars_top = rows_bottom + 52
     legend = [
-        (j_scale, "colour of J: ±its largest |entry|", ""),
-        (v_scale, "colour of v: ±its largest |entry|", ""),
-        (vec_scale, "colour of vᵀJ, autograd and their difference: one scale, ±the largest |entry|,",
-         f"never finer than {ZERO_UP_TO_ROUNDING} × vᵀJ's float64 rounding level ({number(rounding_level(r), 2)}): "
-         "rounding noise stays white, printed ≈0"),
+        (j_scale, "J: white is 0, full colour its largest |entry|", ""),
+        (v_scale, "v: white is 0, full colour its largest |entry|", ""),
+        (vec_scale, "vᵀJ, autograd, difference: one scale, full colour the largest |entry|,",
+         f"at least {ZERO_UP_TO_ROUNDING} × vᵀJ's float64 rounding level {number(rounding_level(r), 2)}: "
+         "rounding noise stays white (≈0)"),
     ]
     width = max(left + j_w + gap + cw + 40, 40 + 150 + 12 + max(text_width(t) for _, a, b in legend for t in (a, b)) + 10)
     chart = Chart(width, bars_top + 3 * 36 + 12)
@@ -186,7 +198,8 @@ def draw_exploration(r: Exploration) -> str:
     for k, (label, values) in enumerate(rows):
         y = rows_top + k * (ch + 8)
         rp = chart.panel(left, y, j_w, ch, xlim=(0, n), ylim=(0, 1))
-        rp.heatmap([values], vec_scale, (fmt_diff if label == "difference" else fmt_vec) if annotate else None)
+        rp.heatmap([values], vec_scale, (fmt_diff if label == "difference" else fmt_vec) if annotate else None,
+                   dead_zone=zero)
         rp.axes(grid=False, xticks=[], yticks=[])
         chart.text(left - 8, y + ch / 2 + 4, label, anchor="end")
     for j in range(0, n, step):
