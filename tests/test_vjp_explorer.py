@@ -114,3 +114,11 @@ def test_in_cell_numbers_are_readable():
     view = VJPExplorer(op="softmax")
     sizes = [int(s) for s in re.findall(r'font-size="(\d+)"', view.picture.value)]
     assert "font-size=\"12\"" in view.picture.value[:400] and min(sizes, default=12) >= 11
+
+
+@pytest.mark.parametrize("op, shape", [("relu", ""), ("mean over a dim", "1"), ("sum over a dim", "6")])
+def test_zero_dim_inputs_and_outputs_draw(op, shape):
+    """Found by the corner sweep: a 0-dim input or output made randn(*()) raise inside an observer."""
+    view = VJPExplorer(op=op)
+    view.shape_boxes[0].value = shape
+    assert view.message.value == "" and view.picture.value.startswith("<svg") and "Jacobian 1 ×" in view.readout.value

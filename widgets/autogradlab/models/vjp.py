@@ -164,7 +164,7 @@ def _check_compatible(op: Op, shapes: tuple[tuple[int, ...], ...], dim: int) -> 
 def make_inputs(op: Op, shapes: Sequence[tuple[int, ...]], seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Seeded float64 inputs of the given shapes (standard normal), so the same choice shows the same numbers."""
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes)
+    return tuple(torch.randn(tuple(shape), generator=gen, dtype=torch.float64) for shape in shapes)  # () too
 
 
 def jacobian(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], wrt: int) -> torch.Tensor:
@@ -212,7 +212,7 @@ def upstream(kind: str, shape: Sequence[int], *, index: int = 0, seed: int = 1) 
     """
     shape = tuple(shape)
     if kind == "random":
-        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)  # () too
     if kind == "ones":
         return torch.ones(shape, dtype=torch.float64)
     if kind == "one-hot":

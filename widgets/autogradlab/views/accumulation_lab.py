@@ -10,6 +10,9 @@ from autogradlab.views.common import message_html, never_raises, picture, readou
 
 FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
 WIDTH, HEIGHT = 860, 330
+# (reduction, spread, dtype, n_seqs) -> the K sweep, shared by every lab: the sweep is deterministic, a K move or
+# a second lab (a re-run cell) reuses it, and the control space bounds its size (4 × 5 × 3 settings per n_seqs).
+_SWEEPS: dict[tuple, list] = {}
 
 
 class AccumulationLab(w.VBox):
@@ -26,7 +29,6 @@ class AccumulationLab(w.VBox):
         if reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
         self.n_seqs = n_seqs
-        self._cache: dict[tuple, list] = {}  # (reduction, spread, dtype) -> the K sweep: K moves reuse it
         self._tokens: dict[tuple, tuple] = {}  # (spread, K) -> (tokens per micro-batch, window tokens)
         options = valid_accum_steps(n_seqs)
         self.k = w.SelectionSlider(options=options, value=accum_steps if accum_steps in options else options[0],
@@ -50,10 +52,10 @@ class AccumulationLab(w.VBox):
                 f"spread={self.spread.value:g}, dtype={self.dtype.value!r})")
 
     def _results(self):
-        key = (self.reduction.value, self.spread.value, self.dtype.value)
-        if key not in self._cache:
-            self._cache[key] = sweep(*key, n_seqs=self.n_seqs)
-        return self._cache[key]
+        key = (self.reduction.value, self.spread.value, self.dtype.value, self.n_seqs)
+        if key not in _SWEEPS:
+            _SWEEPS[key] = sweep(*key[:3], n_seqs=self.n_seqs)
+        return _SWEEPS[key]
 
     def _micro_tokens(self) -> tuple[list[int], int]:
         key = (self.spread.value, self.k.value)
