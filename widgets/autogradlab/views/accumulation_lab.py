@@ -6,7 +6,7 @@ import ipywidgets as w
 
 from autogradlab.models.token_accumulation import DTYPES, REDUCTIONS, micro_batch_tokens, sweep, token_batch, valid_accum_steps
 from autogradlab.render.chart import BLUE, CRIMSON, GRAY, Chart, power
-from autogradlab.views.common import message_html, never_raises, picture, readout
+from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
 FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
 WIDTH, HEIGHT = 860, 330
@@ -67,8 +67,9 @@ class AccumulationLab(w.VBox):
     @never_raises
     def _redraw(self, _change=None) -> None:
         try:
-            results = self._results()
-            tokens, window = self._micro_tokens()
+            with one_thread():
+                results = self._results()
+                tokens, window = self._micro_tokens()
         except ValueError as exc:  # a setting the model cannot run: say so
             self.message.value = message_html(f"Cannot compute this setting: {exc}")
             self.picture.value = self.readout.value = ""

@@ -14,11 +14,13 @@ throttle), so a drag shows the last value without a backlog of redraws.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import traceback
 
 import ipywidgets as w
+import torch
 
 ERROR_COLOR = "#b00020"
 BUG = "This view hit a bug"  # the corner-sweep test looks for it: it must never appear
@@ -43,6 +45,28 @@ def readout(*items: str) -> str:
     """Readout items (HTML) separated by dots; each item wraps as a whole, never leaving a lone number behind."""
     spans = " &nbsp;·&nbsp; ".join(f'<span style="white-space:nowrap">{item}</span>' for item in items)
     return f'<div style="line-height:1.6">{spans}</div>'
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run a view's model call on one torch thread, then restore the count.
+
+    The models behind the labs work on tensors of a few thousand elements. With two
+    or more threads, each op hands work to an OpenMP team; on a CPU that other
+    processes share (a busy laptop, Binder, a classroom server) waiting for that team
+    made a 15 ms AccumulationLab sweep take 0.5 s at the median and up to 10 s; on one
+    thread it took 30 ms. Results can differ in the last float32 bits from a
+    multi-threaded run, as they do between machines.
+    """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def never_raises(redraw):

@@ -16,7 +16,7 @@ from autogradlab.models.loss_scale import (
     simulate,
 )
 from autogradlab.render.chart import BLUE, CRIMSON, GRAY, ORANGE, PURPLE, Chart, bin_counts
-from autogradlab.views.common import message_html, never_raises, picture, readout
+from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
 _EDGES = [float(b) for b in range(-50, 22)]  # log₂|g| bins: fp16's whole range and some room on both sides
 WIDTH, HEIGHT = 880, 350
@@ -89,7 +89,8 @@ class LossScaleLab(w.VBox):
     @never_raises
     def _redraw(self, _change=None) -> None:
         try:
-            self.trace = trace = self._simulate()
+            with one_thread():
+                self.trace = trace = self._simulate()
         except ValueError as exc:  # shown in the view, never as a traceback
             self.trace = None
             self.message.value = message_html(f"Cannot simulate: {exc}")

@@ -6,7 +6,7 @@ import ipywidgets as w
 
 from autogradlab.models.calculus import FUNCTIONS, curve, tangent
 from autogradlab.render.chart import BLUE, INK, ORANGE, Chart
-from autogradlab.views.common import message_html, never_raises, picture, readout
+from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
 WIDTH, HEIGHT = 560, 330
 
@@ -50,8 +50,9 @@ class TangentExplorer(w.VBox):
     @never_raises
     def _redraw(self, _change=None) -> None:
         fn = self.functions[self.fn_picker.value]
-        point = tangent(fn, self.x_slider.value)
-        xs, ys = self._curve(self.fn_picker.value)
+        with one_thread():
+            point = tangent(fn, self.x_slider.value)
+            xs, ys = self._curve(self.fn_picker.value)
         finite = [y for y in ys if y == y and abs(y) != float("inf")]
         if not finite:
             self.message.value = message_html(f"f(x) = {self.fn_picker.value} has no finite value on [{self.lo:g}, {self.hi:g}].")

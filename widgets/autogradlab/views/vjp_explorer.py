@@ -17,7 +17,7 @@ from autogradlab.models.vjp import (
     rounding_level,
 )
 from autogradlab.render.chart import INK, MUTED, Chart, number, text_width
-from autogradlab.views.common import message_html, never_raises, picture
+from autogradlab.views.common import message_html, never_raises, one_thread, picture
 
 ZERO_UP_TO_ROUNDING = 100  # an entry of vᵀJ within this many rounding levels of 0 is zero up to rounding:
 # it is printed ≈0 and drawn white, and the colour scale of the VJP rows never gets finer than that
@@ -101,8 +101,9 @@ class VJPExplorer(w.VBox):
         op = OPS[self.op_picker.value]
         try:
             shapes = [parse_shape(box.value) for box in self.shape_boxes[: len(op.inputs)]]
-            result = explore(op.name, shapes, dim=self.dim_picker.value, wrt=self.wrt_picker.value,
-                             v=self.v_picker.value, index=self.index_box.value)
+            with one_thread():
+                result = explore(op.name, shapes, dim=self.dim_picker.value, wrt=self.wrt_picker.value,
+                                 v=self.v_picker.value, index=self.index_box.value)
         except ShapeError as error:
             self.message.value = message_html(html.escape(str(error)))
             self.readout.value = ""
