@@ -255,13 +255,16 @@ class Panel:
             for j, v in enumerate(row):
                 v = float(v)
                 shade = 0.0 if abs(v) <= dead_zone else v
-                cells.append(f'<rect x="{_f(j * cw)}" y="{_f(i * ch)}" width="{_f(cw + 0.3)}" height="{_f(ch + 0.3)}" '
+                cells.append(f'<rect x="{_f(j * cw)}" y="{_f(i * ch)}" width="{_f(cw)}" height="{_f(ch)}" '
                              f'fill="{diverging(shade, scale)}"/>')
                 if annotate is not None:
                     dark = scale > 0 and abs(v) > 0.6 * scale
                     texts.append(_text(j * cw + cw / 2, i * ch + ch / 2 + 4, annotate(v), anchor="middle",
                                        color="#ffffff" if dark else INK))
-        self.data.extend(cells + texts)
+        # hairlines between cells: neighbouring white (zero) cells stay apart
+        lines = [f"M{_f(j * cw)},0V{_f(rows * ch)}" for j in range(1, cols)] + [f"M0,{_f(i * ch)}H{_f(cols * cw)}" for i in range(1, rows)]
+        grid = [f'<path d="{"".join(lines)}" stroke="#dee2e6" stroke-width="1"/>'] if lines else []
+        self.data.extend(cells + grid + texts)
 
     # ---------------------------------------------------------------------------- frame (not clipped)
 

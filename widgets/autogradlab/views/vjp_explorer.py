@@ -158,7 +158,7 @@ def draw_exploration(r: Exploration) -> str:
     j_scale, v_scale, vec_scale = colour_scales(r)
 
     annotate = n <= 12 and m <= 16
-    cw, ch = (52, 24) if annotate else (18, 16)
+    cw, ch = (56, 24) if annotate else (18, 16)
     left, top, gap = 96, 34, 30
     j_w, j_h = n * cw, m * ch
     rows_top = top + j_h + 22
