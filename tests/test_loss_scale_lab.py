@@ -9,6 +9,8 @@ from autogradlab.views import LossScaleLab
 def test_lab_draws_and_reads_out():
     lab = LossScaleLab(steps=400)
     assert lab.picture.value.startswith("<svg") and lab.message.value == ""
+    # each readout item wraps as a whole (issue 17: "flush to 0" wrapped, leaving a lone "0")
+    assert '<span style="white-space:nowrap">without scaling' in lab.readout.value
     assert "skipped" in lab.readout.value and "flush to 0" in lab.readout.value
     assert len(lab.trace.scales) == 400
 

@@ -171,3 +171,13 @@ def test_badges_sharing_a_storage_are_marked():
     assert "result (5, 3) ≡1" in svg and "mat1 (5, 3) ≡1" in svg and "one storage, held once" in svg
     x = torch.randn(3, requires_grad=True)
     assert "≡" not in to_svg(capture(x.exp().sum()))
+
+
+def test_a_no_grad_input_is_a_visible_stub_attached_to_its_box():
+    """Issue 17: the "no grad needed" text floated with a 9 px pale stub; now a dashed elbow ends in a circle at the text."""
+    w = torch.randn(3, requires_grad=True)
+    svg = to_svg(capture((w * 2).sum() + (w.detach() * 3).sum(), params={"w": w}))
+    assert svg.count('<circle class="nograd"') >= 2  # one per stub, one in the legend
+    assert "no grad needed" in svg and "input that needs no grad (None in next_functions)" in svg
+    no_stub = to_svg(capture((w * w).sum(), params={"w": w}))
+    assert "nograd" not in no_stub.split("</style>")[1]  # no legend entry when no box has one

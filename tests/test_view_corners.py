@@ -210,3 +210,47 @@ def test_train_step_inspector_buttons_in_every_order(step):
         position = session.stepper.position
         fresh = replay(["run"] if session.done and not session.error else ["next"] * position, step)
         assert picture_of(fresh) == seen, f"{clicks}: differs from a fresh inspector at line {position}"
+
+
+DRAWS = {  # the function that builds each view's picture
+    "TangentExplorer": ("autogradlab.views.tangent", "TangentExplorer._draw"),
+    "VJPExplorer": ("autogradlab.views.vjp_explorer", "draw_exploration"),
+    "AccumulationLab": ("autogradlab.views.accumulation_lab", "AccumulationLab._draw"),
+    "LossScaleLab": ("autogradlab.views.loss_scale_lab", "LossScaleLab._draw"),
+    "GraphView": ("autogradlab.views.graph_view", "to_svg"),
+}
+
+
+@pytest.mark.parametrize("name", list(DRAWS))
+def test_one_drawing_per_change(name, monkeypatch):
+    """Nothing is drawn twice for one change (issue 14), whichever control changes, to whichever value."""
+    import importlib
+
+    module_name, attr = DRAWS[name]
+    module = importlib.import_module(module_name)
+    owner, _, function = attr.rpartition(".")
+    target = getattr(module, owner) if owner else module
+    original = target.__dict__[function]
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        inner = original.__func__ if isinstance(original, staticmethod) else original
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(target, function, staticmethod(counting) if isinstance(original, staticmethod) else counting)
+    build, _, controls = VIEWS[name]
+    view = build()
+    rng = random.Random(f"once-{name}")
+    for control in controls:
+        for _ in range(3):
+            widget = control.widget(view)
+            candidates = [v for v in control.choices(view) if v != widget.value]
+            if control.name == "wrt":
+                candidates = [v for v in candidates if v in widget.options]
+            if not candidates:
+                continue
+            calls.clear()
+            widget.value = rng.choice(candidates)
+            drawn = view.picture.layout.display != "none" and view.picture.value != ""
+            assert len(calls) == (1 if drawn else 0), f"{name}: {control.name}={widget.value!r} drew {len(calls)} times"
