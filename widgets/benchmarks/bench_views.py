@@ -26,6 +26,8 @@ The last line holds the numbers against the goals of issue 14: every control med
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import statistics
 import sys
@@ -46,6 +48,7 @@ class Wire:
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.ms = 0.0
         self.messages: list[tuple[str, dict]] = []
         self._orig = w.Widget._send
 
@@ -53,9 +56,12 @@ class Wire:
         wire = self
 
         def send(widget, msg, buffers=None):
+            start = time.perf_counter()
             wire.bytes += len(json.dumps(msg, separators=(",", ":")).encode()) + sum(len(memoryview(b)) for b in buffers or ())
             wire.messages.append((widget.model_id, msg))
-            return wire._orig(widget, msg, buffers)
+            result = wire._orig(widget, msg, buffers)
+            wire.ms += (time.perf_counter() - start) * 1000
+            return result
 
         w.Widget._send = send
         return self
@@ -342,13 +348,118 @@ def render(rows: list[Row], cold: dict[str, float], n: int, repeat: int) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------- profile
+
+CATEGORIES = ("model", "png", "svg", "send", "rest")
+
+
+class Timers:
+    """Wall-clock time spent inside wrapped functions, by category; only the outermost call of a category counts."""
+
+    def __init__(self) -> None:
+        self.ms = {c: 0.0 for c in CATEGORIES}
+        self._depth = {c: 0 for c in CATEGORIES}
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, name: str, category: str) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+        timers = self
+
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            if timers._depth[category]:
+                return function(*args, **kwargs)
+            timers._depth[category] += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                timers.ms[category] += (time.perf_counter() - start) * 1000
+                timers._depth[category] -= 1
+
+        replacement = type(original)(timed) if isinstance(original, (staticmethod, classmethod)) else timed
+        self._undo.append((owner, name, original))
+        setattr(owner, name, replacement)
+
+    def install(self, view_module) -> None:
+        """Time the model functions a view module calls, its PNG encoding, and every SVG-drawing entry point."""
+        try:
+            import autogradlab.render.chart as chart
+        except ImportError:  # a tree from before the views drew SVG charts
+            chart = None
+        for name, obj in list(vars(view_module).items()):
+            where = getattr(obj, "__module__", "") or ""
+            if inspect.isfunction(obj) and where.startswith("autogradlab.models"):
+                self.wrap(view_module, name, "model")
+            elif name == "figure_png":
+                self.wrap(view_module, name, "png")
+            elif inspect.isfunction(obj) and where.startswith("autogradlab.render"):
+                self.wrap(view_module, name, "svg")
+        for cls in (chart.Chart, chart.Panel) if chart else ():
+            for name, obj in list(vars(cls).items()):
+                if inspect.isfunction(obj):
+                    self.wrap(cls, name, "svg")
+
+    def undo(self) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+
+def profile_change(spec: Spec, control: Control, wire: Wire) -> dict[str, float]:
+    """Where one change's time goes, in ms: models, PNG (matplotlib draw + encode), SVG, sending, the rest."""
+    import importlib
+
+    spec.forget()
+    view = spec.build()
+    control.prepare(view)
+    value = control.values(view, 2)[0]
+    control.before_each(view)
+    timers = Timers()
+    timers.install(importlib.import_module(type(view).__module__))
+    wire.ms = 0.0
+    try:
+        start = time.perf_counter()
+        from_browser(control.widget(view), value)
+        total = (time.perf_counter() - start) * 1000
+    finally:
+        timers.undo()
+    out = dict(timers.ms, send=wire.ms)
+    out["rest"] = total - sum(out[c] for c in CATEGORIES if c != "rest")
+    out["total"] = total
+    return out
+
+
+def render_profile(names: list[str], repeat: int) -> str:
+    head = f"{'view':<19} {'control':<16} {'total':>7} " + " ".join(f"{c:>7}" for c in CATEGORIES)
+    lines = [f"where one change goes, ms (of {repeat} changes from fresh views, the one with the median total): model = the "
+             "autogradlab.models calls; png = matplotlib draw + PNG encoding; svg = building the SVG; send = "
+             "serialising the comm messages; rest = everything else (building a matplotlib figure, the view's glue)",
+             head, "-" * len(head)]
+    with Wire() as wire:
+        for name in names:
+            spec = SPECS[name]()
+            spec.build()  # one-time imports out of the way
+            for control in spec.controls:
+                runs = sorted((profile_change(spec, control, wire) for _ in range(repeat)), key=lambda r: r["total"])
+                p = runs[len(runs) // 2]  # the run with the median total, so its parts add up
+                lines.append(f"{name:<19} {control.name:<16} {p['total']:7.1f} "
+                             + " ".join(f"{p[c]:7.1f}" for c in CATEGORIES))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="changes per control")
     parser.add_argument("--repeat", type=int, default=3, help="passes per control, each from a fresh view")
     parser.add_argument("--views", default=",".join(SPECS), help="comma-separated view names")
+    parser.add_argument("--profile", action="store_true", help="instead: where one change's time goes")
     args = parser.parse_args(argv)
     names = [v for v in args.views.split(",") if v]
+    if args.profile:
+        print(render_profile(names, args.repeat))
+        return 0
     rows, cold = bench(names, args.n, args.repeat)
     print(render(rows, cold, args.n, args.repeat))
     return 0
