@@ -236,11 +236,23 @@ def test_browser_runs_notebook(notebook, lab, page):
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     widget = page.locator(".jp-OutputArea-output .jupyter-widgets").first
-    if widget.count():
-        widget.scroll_into_view_if_needed()
+    if widget.count():  # the first widget's cell at the top of the window, painted (default windowing)
+        _scroll_to_top(page, widget.locator("xpath=ancestor::div[contains(@class, 'jp-CodeCell')]").first)
     shot = ARTIFACTS / (notebook.replace("/", "__").removesuffix(".ipynb") + ".png")
     page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")
+    _shut_down_kernels(page)  # one kernel per notebook would otherwise stay alive for the whole run
+
+
+def _shut_down_kernels(page) -> None:
+    """End every session through the server's REST API, from the page (it holds the XSRF cookie)."""
+    page.evaluate("""async () => {
+      const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || '';
+      const sessions = await (await fetch('/api/sessions')).json();
+      for (const s of sessions) {
+        await fetch('/api/sessions/' + s.id, {method: 'DELETE', headers: {'X-XSRFToken': decodeURIComponent(xsrf)}});
+      }
+    }""")
 
 
 # ------------------------------------------------------------------------------------------- views
@@ -321,8 +333,10 @@ def _picture_html(cell) -> str:
 
 
 def _scroll_to_top(page, cell) -> None:
-    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(300)  # windowing paints the cell once it is in view
+    # Twice: windowing paints the cells that come into view, whose real heights then move the target.
+    for _ in range(2):
+        cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(400)
 
 
 def _drag(page, slider, dx: float, steps: int = 6) -> None:
