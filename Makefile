@@ -8,9 +8,10 @@ GRADER := .venv-grader
 LOCAL := $(CURDIR)/.jupyter-local
 SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: lab test release execute clean help
+.PHONY: lab check test release execute clean help
 help:
 	@echo "make lab      open JupyterLab on chapters/00_welcome.ipynb"
+	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about a minute)"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
 	@echo "make execute  re-execute solutions/ in place (authors; NB=path for one), then release"
@@ -64,7 +65,15 @@ test: export MPLCONFIGDIR := $(LOCAL)/matplotlib
 test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
 test: $(VENV)/.installed-test $(GRADER)/.installed
 	$(BIN)/python -m autogradlab.release --check
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
+
+# The loop an author runs after every change: no notebooks, no JupyterLab, no nbgrader.
+check: export MPLCONFIGDIR := $(LOCAL)/matplotlib
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m autogradlab.release --check
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow" tests widgets/autogradlab
 
 release: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.release

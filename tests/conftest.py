@@ -12,3 +12,23 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+# Modules that start JupyterLab, nbgrader or other processes, or build environments: the full
+# suite (`make test`) runs them, the fast tier (`make check`) leaves them out with -m "not slow".
+SLOW_MODULES = {
+    "test_browser",
+    "test_nbgrader_part1",
+    "test_nbgrader_part2",
+    "test_make_lab",
+    "test_ddp_demo",
+    "test_compat",
+    "test_wheel",
+    "test_site",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -46,7 +46,11 @@ def nbgrader(course: Path, *args: str) -> str:
 
 
 def code_sources(path: Path) -> list[str]:
-    return [c.source.strip() for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    """Code cells, without the launch setup cell the release adds to chapters (nbgrader's copy has none)."""
+    return [
+        c.source.strip() for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "code" and "course-setup" not in c.metadata.get("tags", [])
+    ]
 
 
 def grade_chapter(solution: Path, tmp_path: Path) -> None:
@@ -56,9 +60,6 @@ def grade_chapter(solution: Path, tmp_path: Path) -> None:
     # Chapters run real experiments (a 2-process DDP run in 07): allow more than nbgrader's 30 s a cell.
     (course / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 300\n")
     shutil.copy(solution, course / "source" / assignment)
-    for folder in ("data",):  # notebooks may read recorded results next to them
-        if (ROOT / "chapters" / folder).is_dir():
-            shutil.copytree(ROOT / "chapters" / folder, course / "source" / assignment / folder)
     nbgrader(course, "generate_assignment", assignment, "--force")
     released = course / "release" / assignment / solution.name
     assert code_sources(released) == code_sources(ROOT / "chapters" / solution.name), (

@@ -37,8 +37,19 @@ def test_binder_uses_pytorch_cpu_index_python_311_graphviz(repo_root):
     assert "pip install" in post and "./widgets" in post and "overrides.json" in post
 
 
-def test_readme_binder_badge_opens_chapter_00(repo_root):
+def test_readme_badges_open_chapter_00_at_the_release_tag(repo_root):
+    """The README's badges are the ones the release writes into chapter 00 (one address, one tag)."""
+    from autogradlab.release.launch import badges
+
     readme = (repo_root / "README.md").read_text()
+    assert badges("00_welcome.ipynb") in readme
     match = re.search(r"https://mybinder\.org/v2/gh/[^)\s]+", readme)
-    assert match, "README has no Binder link"
-    assert "urlpath=lab%2Ftree%2Fchapters%2F00_welcome.ipynb" in match.group(0)
+    assert match and "urlpath=lab%2Ftree%2Fchapters%2F00_welcome.ipynb" in match.group(0)
+    assert "/HEAD?" not in readme, "Binder must build a tag, not a moving HEAD that rebuilds on every commit"
+
+
+def test_the_package_ships_the_repository_licence(repo_root):
+    """widgets/ is built on its own (pip, Colab): it carries a copy of the MIT licence, kept identical."""
+    assert (repo_root / "widgets" / "LICENSE").read_text() == (repo_root / "LICENSE").read_text()
+    assert "MIT License" in (repo_root / "LICENSE").read_text()
+    assert "CC BY-SA 4.0" in (repo_root / "LICENSE-TEXT.md").read_text()

@@ -6,12 +6,17 @@ import pytest
 import torch
 
 from autogradlab.checks.ch01 import (
+    _scaled,
+    _sweep,
     branchy_forward,
-    check_count_backward_nodes,
+    broken_scaled_scores,
     check_params_that_get_grad,
-    check_standardize,
+    check_reverse_sweep,
+    check_scaled_scores,
+    engine_off,
 )
 from autogradlab.checks.core import ExerciseError
+from autogradlab.graph import capture, record_backward
 
 # --- exercise 1 ---------------------------------------------------------------------------
 
@@ -31,7 +36,16 @@ def by_running(mode, steps):
     return [n for n, p in params.items() if p.grad is not None]
 
 
-CORRECT_PARAMS = {"sets": right_sets, "list from a real backward": by_running,
+def by_capturing(mode, steps):
+    params = {n: torch.ones(3, requires_grad=True) for n in "abcd"}
+    return capture(branchy_forward(torch.ones(2, 3), params, mode, steps), params=params).params_with_grad()
+
+
+def only_small_steps(mode, steps):  # a lookup of the step counts shown in the chapter
+    return right_sets(mode, steps) if steps in (0, 1, 3) else right_sets(mode, steps) - {"c"}
+
+
+CORRECT_PARAMS = {"sets": right_sets, "frozenset": lambda mode, steps: frozenset(right_sets(mode, steps)),
                   "tuple": lambda mode, steps: tuple(sorted(right_sets(mode, steps)))}
 
 WRONG_PARAMS = {
@@ -45,6 +59,9 @@ WRONG_PARAMS = {
     "a string": (lambda m, s: "abc", "set of names"),
     "unknown name": (lambda m, s: right_sets(m, s) | {"w"}, "unknown parameter"),
     "not implemented": (lambda m, s: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "runs backward instead of reasoning": (by_running, "not to run it"),
+    "reads capture() instead of reasoning": (by_capturing, "not to run it"),
+    "c only for the step counts it saw": (only_small_steps, "the loop runs"),
 }
 
 
@@ -61,148 +78,459 @@ def test_wrong_param_predictions_rejected_with_hint(name):
         check_params_that_get_grad(answer)
 
 
-# --- exercise 2 ---------------------------------------------------------------------------
+# --- exercise 2: repair the cuts ---------------------------------------------------------------
 
-CORRECT_STANDARDIZE = {
-    "textbook": lambda x: (x - x.mean()) / x.std(),
-    "torch.std_mean": lambda x: (lambda s, m: (x - m) / s)(*torch.std_mean(x)),
-    "by hand": lambda x: (x - x.sum() / x.numel()) / ((x - x.mean()).pow(2).sum() / (x.numel() - 1)).sqrt(),
+
+def repaired(x, t):
+    return ((x - x.mean()) / x.std().clamp_min(1e-6)).clamp(-3.0, 3.0) / t.to(x.dtype)
+
+
+def repaired_with_where(x, t):
+    m, s = x.mean(), x.std()
+    z = (x - m) / s
+    z = torch.where(z > 3, torch.full_like(z, 3.0), torch.where(z < -3, torch.full_like(z, -3.0), z))
+    return z / t
+
+
+def repaired_std_mean(x, t):
+    s, m = torch.std_mean(x)
+    return torch.clamp((x - m) / s, min=-3, max=3).div(t)
+
+
+CORRECT_SCALED = {"repaired in place of the cuts": repaired, "torch.where for the clamp": repaired_with_where,
+                  "torch.std_mean": repaired_std_mean}
+
+
+def keeps_item(x, t):
+    return ((x - x.mean().item()) / x.std()).clamp(-3, 3) / t
+
+
+def keeps_tensor_copy(x, t):
+    return ((x - x.mean()) / torch.tensor(x.std(), dtype=x.dtype)).clamp(-3, 3) / t
+
+
+def keeps_no_grad(x, t):
+    z = (x - x.mean()) / x.std()
+    with torch.no_grad():
+        z = z.clamp(-3, 3)
+    return z / t
+
+
+def hides_clamp_in_place(x, t):
+    z = (x - x.mean()) / x.std()
+    with torch.no_grad():
+        z.clamp_(-3, 3)
+    return z / t
+
+
+def clamps_through_data(x, t):
+    z = (x - x.mean()) / x.std()
+    z.data.clamp_(-3, 3)
+    return z / t
+
+
+def float_temperature(x, t):
+    return ((x - x.mean()) / x.std()).clamp(-3, 3) / float(t)
+
+
+def as_given(x, t):
+    return broken_scaled_scores(x, t)
+
+
+def mutates_x(x, t):
+    x.sub_(x.mean().detach())  # PyTorch refuses this on a leaf that requires grad
+    return (x / x.std()).clamp(-3, 3) / t
+
+
+def mutates_x_under_no_grad(x, t):
+    out = ((x - x.mean()) / x.std()).clamp(-3, 3) / t
+    with torch.no_grad():
+        x.zero_()  # "free" the input
+    return out
+
+
+WRONG_SCALED = {
+    "unchanged broken function": (as_given, "No gradient reaches x"),
+    "mean still .item()": (keeps_item, "the mean still leaves the graph"),
+    "std still torch.tensor": (keeps_tensor_copy, "rebuilt with `torch.tensor(...)`"),
+    "clamp still under no_grad": (keeps_no_grad, "No gradient reaches x"),
+    "clamp hidden in place under no_grad": (hides_clamp_in_place, "autograd never saw it"),
+    "clamp through .data": (clamps_through_data, "autograd never saw it"),
+    "temperature as float": (float_temperature, "No gradient reaches the temperature"),
+    "no clamp": (lambda x, t: ((x - x.mean()) / x.std()) / t, "not capped"),
+    "biased std": (lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3, 3) / t, "N - 1"),
+    "times temperature": (lambda x, t: ((x - x.mean()) / x.std()).clamp(-3, 3) * t, "not multiply"),
+    "clamps x first": (lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3, 3)) / t, "not x itself"),
+    "changes x in place": (mutates_x, "in-place operation"),
+    "changes x in place under no_grad": (mutates_x_under_no_grad, "changed its input in place"),
+    "not implemented": (lambda x, t: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "the checker's reference": (lambda x, t: _scaled(x, t), "called the checker's reference answer"),
 }
 
-WRONG_STANDARDIZE = {
-    "std via item": (lambda x: (x - x.mean()) / x.std().item(), "the std was turned into a constant"),
-    "std detached": (lambda x: (x - x.mean()) / x.std().detach(), "the std was turned into a constant"),
-    "mean via float": (lambda x: (x - float(x.mean())) / x.std(), "the mean was turned into a constant"),
-    "both items": (lambda x: (x - x.mean().item()) / x.std().item(), "both the mean and the std"),
-    "rewrapped": (lambda x: torch.tensor(((x - x.mean()) / x.std()).tolist(), dtype=x.dtype), "no grad_fn"),
-    "detached result": (lambda x: ((x - x.mean()) / x.std()).detach(), "no grad_fn"),
-    "biased std": (lambda x: (x - x.mean()) / x.std(correction=0), "N - 1"),
-    "variance": (lambda x: (x - x.mean()) / x.var(), "not the variance"),
-    "no centering": (lambda x: x / x.std(), "subtract the mean"),
-    "python list": (lambda x: ((x - x.mean()) / x.std()).tolist(), "got a list"),
-    "not implemented": (lambda x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
-}
+
+@pytest.mark.parametrize("name", CORRECT_SCALED)
+def test_correct_scaled_scores_pass(name, capsys):
+    check_scaled_scores(CORRECT_SCALED[name])
+    assert capsys.readouterr().out.startswith("✓ scaled_scores")
 
 
-@pytest.mark.parametrize("name", CORRECT_STANDARDIZE)
-def test_correct_standardize_passes(name, capsys):
-    check_standardize(CORRECT_STANDARDIZE[name])
-    assert capsys.readouterr().out.startswith("✓ standardize")
-
-
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
 @pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
-@pytest.mark.parametrize("name", WRONG_STANDARDIZE)
-def test_wrong_standardize_rejected_with_hint(name):
-    answer, hint = WRONG_STANDARDIZE[name]
+@pytest.mark.parametrize("name", WRONG_SCALED)
+def test_wrong_scaled_scores_rejected_with_hint(name):
+    answer, hint = WRONG_SCALED[name]
     with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_standardize(answer)
+        check_scaled_scores(answer)
 
 
-# --- exercise 3 ---------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
+def test_broken_function_has_the_right_values_and_cuts_x_off():
+    x = torch.tensor([0.0, 1.0, 2.0, 3.0, 20.0], dtype=torch.float64, requires_grad=True)
+    t = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    out = broken_scaled_scores(x, t)
+    assert torch.allclose(out, repaired(x, t))
+    assert torch.autograd.grad(out.sum(), (x, t), allow_unused=True)[0] is None
 
 
-def count_iterative(output):
-    seen, stack = set(), [output.grad_fn]
+# --- exercise 3: the reverse sweep --------------------------------------------------------------
+
+
+def consumers(output):
+    waiting, stack, seen = {}, [output.grad_fn], {output.grad_fn}
     while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(child for child, _ in node.next_functions)
-    return len(seen)
-
-
-def count_bfs(output):
-    from collections import deque
-
-    seen = {output.grad_fn}
-    queue = deque([output.grad_fn])
-    while queue:
-        for child, _ in queue.popleft().next_functions:
-            if child is not None and child not in seen:
+        for child, _ in stack.pop().next_functions:
+            if child is None:
+                continue
+            waiting[child] = waiting.get(child, 0) + 1
+            if child not in seen:
                 seen.add(child)
-                queue.append(child)
-    return len(seen)
+                stack.append(child)
+    return waiting
 
 
-def count_recursive(output):
-    seen = set()
+def kahn_calling_accumulate_grad(output):
+    waiting = consumers(output)
+    slots = {output.grad_fn: [torch.ones_like(output)]}
+    ready = [output.grad_fn]
+    with torch.no_grad():
+        while ready:
+            node = ready.pop()
+            grads = node(*slots.pop(node))
+            grads = (grads,) if isinstance(grads, torch.Tensor) else grads
+            for (child, nr), grad in zip(node.next_functions, grads):
+                if child is None:
+                    continue
+                box = slots.setdefault(child, [None] * len(child._input_metadata))
+                if grad is not None:
+                    grad = grad.sum_to_size(child._input_metadata[nr].shape)
+                    box[nr] = grad if box[nr] is None else box[nr] + grad
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
 
-    def visit(node):
-        if node is None or node in seen:
-            return
-        seen.add(node)
-        for child, _ in node.next_functions:
-            visit(child)
 
-    visit(output.grad_fn)
-    return len(seen)
-
-
-def count_paths(output):
-    count, stack = 0, [output.grad_fn]
+def postorder_then_reverse(output):
+    """Topological order from an iterative DFS post-order; leaves written by hand (a clone when new)."""
+    order, seen, stack = [], set(), [(output.grad_fn, False)]
     while stack:
-        node = stack.pop()
-        if node is None:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
             continue
-        count += 1
-        stack.extend(child for child, _ in node.next_functions)
-    return count
-
-
-def count_without_leaves(output):
-    return sum(1 for _ in _iter_nodes(output) if "AccumulateGrad" not in _.name())
-
-
-def count_by_name(output):
-    return len({node.name() for node in _iter_nodes(output)})
-
-
-def _iter_nodes(output):
-    seen, stack = set(), [output.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        yield node
-        stack.extend(child for child, _ in node.next_functions)
-
-
-def count_no_none_check(output):
-    seen, stack = set(), [output.grad_fn]
-    while stack:
-        node = stack.pop()
         if node in seen:
             continue
         seen.add(node)
+        stack.append((node, True))
+        stack.extend((child, False) for child, _ in node.next_functions if child is not None and child not in seen)
+    grads = {(output.grad_fn, 0): torch.ones_like(output)}
+    with torch.no_grad():
+        for node in reversed(order):
+            n_in = len(node._input_metadata)
+            incoming = [grads.pop((node, i), None) for i in range(n_in)]
+            if hasattr(node, "variable"):
+                if incoming[0] is not None:
+                    leaf = node.variable
+                    leaf.grad = incoming[0].clone() if leaf.grad is None else leaf.grad + incoming[0]
+                continue
+            out = node(*incoming)
+            out = (out,) if isinstance(out, torch.Tensor) else out
+            for (child, nr), g in zip(node.next_functions, out):
+                if child is not None and g is not None:
+                    g = g.sum_to_size(child._input_metadata[nr].shape)
+                    grads[(child, nr)] = grads[(child, nr)] + g if (child, nr) in grads else g
+
+
+def engine_like_priority(output):
+    """Dependency counts plus the engine's priority (latest sequence number first)."""
+    import heapq
+
+    waiting = consumers(output)
+    slots = {output.grad_fn: [torch.ones_like(output)]}
+    heap, tie = [(-output.grad_fn._sequence_nr(), 0, output.grad_fn)], 1
+    with torch.no_grad():
+        while heap:
+            *_, node = heapq.heappop(heap)
+            grads = node(*slots.pop(node))
+            grads = (grads,) if isinstance(grads, torch.Tensor) else grads
+            for (child, nr), grad in zip(node.next_functions, grads):
+                if child is None:
+                    continue
+                box = slots.setdefault(child, [None] * len(child._input_metadata))
+                if grad is not None:
+                    grad = grad.sum_to_size(child._input_metadata[nr].shape)
+                    box[nr] = grad if box[nr] is None else box[nr] + grad
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    heapq.heappush(heap, (-child._sequence_nr(), tie, child))
+                    tie += 1
+
+
+CORRECT_SWEEPS = {"Kahn, calling AccumulateGrad": kahn_calling_accumulate_grad,
+                  "reversed DFS post-order, leaves by hand": postorder_then_reverse,
+                  "engine-like priority queue": engine_like_priority}
+
+
+def _make(variant):
+    """The Kahn sweep with one plausible slip switched on."""
+
+    def sweep(output):
+        waiting = consumers(output)
+        slots = {output.grad_fn: [torch.ones_like(output)]}
+        ready, queued = [output.grad_fn], {output.grad_fn}
+        grad_mode = torch.enable_grad() if variant == "grad mode on" else torch.no_grad()
+        with grad_mode:
+            while ready:
+                node = ready.pop(0) if variant == "bfs, no waiting" else ready.pop()
+                box = slots.pop(node)
+                if hasattr(node, "variable") and variant in ("overwrite leaf", "store as is"):
+                    if box[0] is not None:
+                        node.variable.grad = box[0] if variant == "store as is" else box[0].clone()
+                    continue
+                grads = node(*box)
+                grads = (grads,) if isinstance(grads, torch.Tensor) else grads
+                for (child, nr), grad in zip(node.next_functions, grads):
+                    if child is None and variant != "no None check":
+                        continue
+                    if variant == "no None check":
+                        n_in = len(child._input_metadata)  # AttributeError on None
+                    box = slots.setdefault(child, [None] * len(child._input_metadata))
+                    if grad is not None:
+                        if variant != "no sum_to_size":
+                            grad = grad.sum_to_size(child._input_metadata[nr].shape)
+                        summed = variant != "no sum at shared node" and box[nr] is not None
+                        box[nr] = box[nr] + grad if summed else grad
+                    waiting[child] -= 1
+                    if variant == "bfs, no waiting":
+                        if child not in queued:
+                            queued.add(child)
+                            ready.append(child)
+                    elif waiting[child] == 0:
+                        ready.append(child)
+
+    return sweep
+
+
+def once_per_edge(output):
+    """Push each gradient down every path separately: right by linearity, but nodes run many times."""
+    with torch.no_grad():
+        stack = [(output.grad_fn, (torch.ones_like(output),))]
+        while stack:
+            node, grads = stack.pop()
+            out = node(*grads)
+            out = (out,) if isinstance(out, torch.Tensor) else out
+            for (child, nr), g in zip(node.next_functions, out):
+                if child is None or g is None:
+                    continue
+                slots = [None] * len(child._input_metadata)
+                slots[nr] = g.sum_to_size(child._input_metadata[nr].shape)
+                stack.append((child, tuple(slots)))
+
+
+def dfs_first_reach(output):
+    """Depth-first, each node run when first popped with whatever gradient it has (no topological order)."""
+    slots = {output.grad_fn: [torch.ones_like(output)]}
+    stack, done = [output.grad_fn], set()
+    with torch.no_grad():
+        while stack:
+            node = stack.pop()
+            if node in done:
+                continue
+            done.add(node)
+            out = node(*slots.pop(node))
+            out = (out,) if isinstance(out, torch.Tensor) else out
+            for (child, nr), g in zip(node.next_functions, out):
+                if child is None or g is None:
+                    continue
+                box = slots.setdefault(child, [None] * len(child._input_metadata))
+                g = g.sum_to_size(child._input_metadata[nr].shape)
+                box[nr] = g if box[nr] is None else box[nr] + g
+                stack.append(child)
+
+
+def recursive_topo(output):
+    order, seen = [], set()
+
+    def visit(node):
+        seen.add(node)
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                visit(child)
+        order.append(node)
+
+    visit(output.grad_fn)
+    slots = {output.grad_fn: [torch.ones_like(output)]}
+    with torch.no_grad():
+        for node in reversed(order):
+            out = node(*slots.pop(node))
+            out = (out,) if isinstance(out, torch.Tensor) else out
+            for (child, nr), g in zip(node.next_functions, out):
+                if child is not None and g is not None:
+                    box = slots.setdefault(child, [None] * len(child._input_metadata))
+                    g = g.sum_to_size(child._input_metadata[nr].shape)
+                    box[nr] = g if box[nr] is None else box[nr] + g
+
+
+def slots_from_edges_seen(output):
+    """Sizes each node's gradient list by the edges it saw: breaks on an output nobody used."""
+    waiting = consumers(output)
+    slots = {output.grad_fn: {0: torch.ones_like(output)}}
+    ready = [output.grad_fn]
+    with torch.no_grad():
+        while ready:
+            node = ready.pop()
+            box = slots.pop(node)
+            out = node(*[box.get(i) for i in range(max(box) + 1)] if box else [None])
+            out = (out,) if isinstance(out, torch.Tensor) else out
+            for (child, nr), g in zip(node.next_functions, out):
+                if child is None:
+                    continue
+                b = slots.setdefault(child, {})
+                if g is not None:
+                    g = g.sum_to_size(child._input_metadata[nr].shape)
+                    b[nr] = b[nr] + g if nr in b else g
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
+
+
+def steps_the_leaves(output):
+    """A right sweep that then also 'helps' with an SGD step on every leaf."""
+    kahn_calling_accumulate_grad(output)
+    stack, seen = [output.grad_fn], set()
+    with torch.no_grad():
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if hasattr(node, "variable"):
+                node.variable.sub_(0.1 * node.variable.grad)
+            stack.extend(child for child, _ in node.next_functions)
+
+
+def calls_backward(output):
+    output.backward()
+
+
+def calls_grad_bound_earlier(output, _grad=torch.autograd.grad):
+    leaves, stack, seen = [], [output.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):
+            leaves.append(node.variable)
         stack.extend(child for child, _ in node.next_functions)
-    return len(seen)
+    for leaf, g in zip(leaves, _grad(output, leaves)):
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
-CORRECT_COUNTS = {"iterative DFS": count_iterative, "BFS with deque": count_bfs,
-                  "tensor result": lambda out: torch.tensor(count_iterative(out))}
+def calls_engine_directly(output):
+    from torch.autograd.variable import Variable
 
-WRONG_COUNTS = {
-    "recursive": (count_recursive, "recursion limit"),
-    "counts paths": (count_paths, "once per path"),
-    "skips AccumulateGrad": (count_without_leaves, "AccumulateGrad nodes count too"),
-    "by name": (count_by_name, "by identity"),
-    "plus output": (lambda out: count_iterative(out) + 1, "one too many"),
-    "crashes on None": (count_no_none_check, "skip None entries"),
-    "float": (lambda out: float(count_iterative(out)), "should return an int"),
+    Variable._execution_engine.run_backward((output,), (torch.ones_like(output),), False, False, (), False)
+
+
+WRONG_SWEEPS = {
+    "BFS, no waiting for all gradients": (_make("bfs, no waiting"), "ran before all of its gradient had arrived"),
+    "DFS, run when first reached": (dfs_first_reach, "ran before all of its gradient had arrived"),
+    "no sum at a shared node": (_make("no sum at shared node"), "kept only one of them"),
+    "overwrites the leaf's .grad": (_make("overwrite leaf"), "replaced its .grad"),
+    "crashes on None next_functions": (_make("no None check"), "skip those entries"),
+    "runs a node once per edge": (once_per_edge, "ran 3 times"),
+    "grad mode on: gradients carry a graph": (_make("grad mode on"), "carries a graph of its own"),
+    "stores a node's result as .grad": (_make("store as is"), "expanded view"),
+    "recursive topological sort": (recursive_topo, "recursion"),
+    "gradient slots sized by the edges seen": (slots_from_edges_seen, "one gradient per output"),
+    "no sum_to_size for a broadcast bias": (_make("no sum_to_size"), "sum_to_size"),
+    "calls backward()": (calls_backward, "called `backward()`"),
+    "autograd.grad bound before the check": (calls_grad_bound_earlier, "the autograd engine"),
+    "the engine called directly": (calls_engine_directly, "the autograd engine"),
     "not implemented": (lambda out: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "the checker's reference sweep": (lambda out: _sweep(out), "called the checker's reference answer"),
+    "record_backward from the course package": (lambda out: record_backward(out), "called `backward()`"),
+    "steps the parameters too": (steps_the_leaves, "changed the values"),
 }
 
 
-@pytest.mark.parametrize("name", CORRECT_COUNTS)
-def test_correct_counts_pass(name, capsys):
-    check_count_backward_nodes(CORRECT_COUNTS[name])
-    assert capsys.readouterr().out.startswith("✓ count_backward_nodes")
+def test_the_checkers_own_sweep_is_right_outside_a_learner_call():
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    x = torch.randn(6, 3)
+    _sweep(net(x).pow(2).sum())
+    mine = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad(set_to_none=True)
+    net(x).pow(2).sum().backward()
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(mine, net.parameters()))
 
 
-@pytest.mark.parametrize("name", WRONG_COUNTS)
-def test_wrong_counts_rejected_with_hint(name):
-    answer, hint = WRONG_COUNTS[name]
+@pytest.mark.parametrize("name", CORRECT_SWEEPS)
+def test_correct_sweeps_pass(name, capsys):
+    check_reverse_sweep(CORRECT_SWEEPS[name])
+    assert capsys.readouterr().out.startswith("✓ reverse_sweep")
+
+
+@pytest.mark.parametrize("name", WRONG_SWEEPS)
+def test_wrong_sweeps_rejected_with_hint(name):
+    answer, hint = WRONG_SWEEPS[name]
     with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_count_backward_nodes(answer)
+        check_reverse_sweep(answer)
+
+
+def test_engine_off_restores_everything_and_blocks_names_bound_earlier():
+    grad = torch.autograd.grad
+    x = torch.ones(2, requires_grad=True)
+    with engine_off() as used:
+        with pytest.raises(RuntimeError, match="switched off"):
+            grad((x * 2).sum(), x)
+    assert used == ["the autograd engine"]
+    (g,) = torch.autograd.grad((x * 3).sum(), x)
+    assert g.tolist() == [3.0, 3.0] and torch.autograd.grad is grad
+
+
+def test_the_sweep_really_matches_the_engine_on_a_wider_model():
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7), torch.nn.GELU(), torch.nn.Linear(7, 2))
+    x = torch.randn(4, 5)
+    kahn_calling_accumulate_grad(net(x).log_softmax(-1).sum())
+    mine = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad(set_to_none=True)
+    net(x).log_softmax(-1).sum().backward()
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(mine, net.parameters()))
+
+
+def test_exercise_2_prints_the_real_broken_function():
+    """The code block the learner repairs is the function the checker's docstring and tests use."""
+    import inspect
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "solutions" / "01_dynamic_graph.ipynb", as_version=4)
+    (text,) = [c.source for c in nb.cells if c.cell_type == "markdown" and "### Exercise 2" in c.source]
+    shown = text.split("```python\n", 1)[1].split("```", 1)[0].strip()
+    source = inspect.getsource(broken_scaled_scores)
+    without_docstring = re.sub(r'\n    """.*?"""', "", source, flags=re.S)
+    assert shown == re.sub(r"\) -> torch.Tensor:|: torch.Tensor", lambda m: "):" if m.group(0).startswith(")") else "",
+                           without_docstring).strip()

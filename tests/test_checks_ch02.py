@@ -1,16 +1,17 @@
-"""Chapter 02 checkers: right answers in several forms pass, typical wrong ones get their hint."""
-
-import re
+"""Chapter 02 checkers: right answers in several forms pass; plausible wrong ones, autograd and the
+library routines that would do the work are rejected, each with a hint that names the mistake."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from autogradlab.checks.ch02 import (
-    check_batched_linear_backward,
-    check_cross_entropy_grad,
-    check_linear_backward,
-    check_mlp_backward,
+    _cross_entropy_cases,
+    _embedding_cases,
+    _layernorm_cases,
+    check_embedding_backward,
+    check_layernorm_backward,
+    check_softmax_cross_entropy,
 )
 from autogradlab.checks.core import ExerciseError
 
@@ -22,183 +23,410 @@ def rejected(checker, answer, hint):
     return str(info.value)
 
 
-# --------------------------------------------------------------------------- linear_backward
+# --------------------------------------------------------------------------- embedding_backward
 
-CORRECT_LINEAR = {
-    "matmul": lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum(0)),
-    "einsum": lambda X, W, b, G: (
-        torch.einsum("ne,de->nd", G, W), torch.einsum("nd,ne->de", X, G), torch.einsum("ne->e", G)),
-    "list and mT": lambda X, W, b, G: [G.matmul(W.mT), X.mT.matmul(G), G.sum(dim=0, keepdim=True).reshape(b.shape)],
-    "dict": lambda X, W, b, G: {"dX": G @ W.T, "dW": X.T @ G, "db": G.sum(0)},
-    "outer products": lambda X, W, b, G: (G @ W.T, sum(torch.outer(X[n], G[n]) for n in range(len(X))), G.sum(0)),
+
+def _flat(idx, weight, G):
+    return idx.reshape(-1), G.reshape(-1, weight.shape[1])
+
+
+def emb_index_add(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    return torch.zeros_like(weight).index_add_(0, flat, rows)
+
+
+def emb_scatter_add(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    return torch.zeros_like(weight).scatter_add(0, flat[:, None].expand_as(rows), rows)
+
+
+def emb_one_hot(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    return F.one_hot(flat, weight.shape[0]).to(G.dtype).T @ rows
+
+
+def emb_index_put(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    return torch.zeros_like(weight).index_put_((flat,), rows, accumulate=True)
+
+
+def emb_loop(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    dW = torch.zeros_like(weight)
+    for k, token in enumerate(flat.tolist()):
+        dW[token] += rows[k]  # one integer index: a view, so += accumulates
+    return dW
+
+
+def emb_einsum(idx, weight, G):
+    return torch.einsum("...v,...d->vd", F.one_hot(idx, weight.shape[0]).to(G.dtype), G)
+
+
+CORRECT_EMBEDDING = {
+    "index_add_": emb_index_add,
+    "scatter_add": emb_scatter_add,
+    "one-hot matmul": emb_one_hot,
+    "index_put_ accumulate": emb_index_put,
+    "python loop": emb_loop,
+    "einsum": emb_einsum,
 }
 
-WRONG_LINEAR = {
-    "dW transposed": (lambda X, W, b, G: (G @ W.T, G.T @ X, G.sum(0)), "transpose of the expected one"),
-    "dX without transpose": (lambda X, W, b, G: (G @ W, X.T @ G, G.sum(0)), "dX = G Wᵀ, dW = Xᵀ G"),
-    "dW without transpose": (lambda X, W, b, G: (G @ W.T, X @ G, G.sum(0)), "reason with shapes"),
-    "db mean": (lambda X, W, b, G: (G @ W.T, X.T @ G, G.mean(0)), "SUM of G's rows"),
-    "db no sum": (lambda X, W, b, G: (G @ W.T, X.T @ G, G), "sum over the batch dimension"),
-    "db wrong dim": (lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum(1)), "sum over the batch, dim 0"),
-    "dW divided by N": (lambda X, W, b, G: (G @ W.T, X.T @ G / len(X), G.sum(0)), "no extra factor"),
-    "dX sign": (lambda X, W, b, G: (-(G @ W.T), X.T @ G, G.sum(0)), "sign is flipped"),
-    "two outputs": (lambda X, W, b, G: (G @ W.T, X.T @ G), "returned 2 values"),
-    "float32 answer": (lambda X, W, b, G: (G @ W.T, (X.T @ G).float(), G.sum(0)), "Dtype"),
-    "not implemented": (lambda X, W, b, G: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+
+def emb_overwrite(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    dW = torch.zeros_like(weight)
+    dW[flat] = rows
+    return dW
+
+
+def emb_plus_equals(idx, weight, G):
+    flat, rows = _flat(idx, weight, G)
+    dW = torch.zeros_like(weight)
+    dW[flat] += rows  # advanced indexing: a copy, then a write that keeps one row per index
+    return dW
+
+
+def emb_mean(idx, weight, G):
+    counts = torch.bincount(idx.reshape(-1), minlength=weight.shape[0]).clamp_min(1)
+    return emb_index_add(idx, weight, G) / counts[:, None].to(G.dtype)
+
+
+def emb_not_flattened(idx, weight, G):
+    return torch.zeros_like(weight).index_add_(0, idx, G)
+
+
+def emb_autograd(idx, weight, G):
+    w = weight.clone().requires_grad_(True)
+    F.embedding(idx, w).backward(G)
+    return w.grad
+
+
+def emb_aten(idx, weight, G):
+    return torch.ops.aten.embedding_dense_backward(G, idx, weight.shape[0], -1, False)
+
+
+def emb_in_place(idx, weight, G):
+    G.mul_(2)  # the result is right, but the caller's G is now doubled
+    return emb_index_add(idx, weight, G) / 2
+
+
+WRONG_EMBEDDING = {
+    "overwrite": (emb_overwrite, "overwrite each other"),
+    "+= with advanced indexing": (emb_plus_equals, "overwrite each other"),
+    "mean over repeats": (emb_mean, "not their mean"),
+    "every row gets every gradient": (
+        lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
+        "only receives G at the positions where idx == v",
+    ),
+    "divided by positions": (
+        lambda idx, weight, G: emb_index_add(idx, weight, G) / idx.numel(),
+        "averaged over the positions",
+    ),
+    "one-hot transposed": (lambda idx, weight, G: emb_one_hot(idx, weight, G).T, "transpose"),
+    "returned G": (lambda idx, weight, G: G, "Shape"),
+    "not flattened": (emb_not_flattened, "flatten first"),
+    "autograd": (emb_autograd, "used autograd"),
+    "aten backward": (emb_aten, "off limits"),
+    "mutates G": (emb_in_place, "changed its input in place"),
+    "float64 always": (lambda idx, weight, G: emb_index_add(idx, weight, G).double(), "Dtype"),
 }
 
 
-@pytest.mark.parametrize("name", CORRECT_LINEAR)
-def test_correct_linear_backward_passes(name, capsys):
-    check_linear_backward(CORRECT_LINEAR[name])
-    assert capsys.readouterr().out.startswith("✓ linear_backward")
+@pytest.mark.parametrize("name", CORRECT_EMBEDDING)
+def test_correct_embedding_backward_passes(name, capsys):
+    check_embedding_backward(CORRECT_EMBEDDING[name])
+    assert capsys.readouterr().out.startswith("✓ embedding_backward")
 
 
-@pytest.mark.parametrize("name", WRONG_LINEAR)
-def test_wrong_linear_backward_is_rejected_with_its_hint(name):
-    rejected(check_linear_backward, *WRONG_LINEAR[name])
+@pytest.mark.parametrize("name", WRONG_EMBEDDING)
+def test_wrong_embedding_backward_is_rejected_with_its_hint(name):
+    rejected(check_embedding_backward, *WRONG_EMBEDDING[name])
 
 
-def test_linear_message_names_the_wrong_output():
-    message = rejected(check_linear_backward, WRONG_LINEAR["db mean"][0], "`db` from `linear_backward`")
-    assert "max |error|" in message
+def test_embedding_cases_repeat_indices_and_leave_rows_unused():
+    for case in _embedding_cases():
+        idx, weight, G = case.args
+        counts = torch.bincount(idx.reshape(-1), minlength=weight.shape[0])
+        assert counts.max() >= 3 and (counts == 0).any(), case.label
+        assert weight.shape[0] != weight.shape[1] and idx.numel() > 1
+        assert not torch.all(G == 1)
+    assert {c.args[1].dtype for c in _embedding_cases()} == {torch.float32, torch.float64}
+    assert any(c.args[0].dim() == 3 for c in _embedding_cases())
 
 
-# --------------------------------------------------------------------------- cross_entropy_grad
+# --------------------------------------------------------------------------- softmax_cross_entropy
 
 
 def onehot(z, y):
     return F.one_hot(y, z.shape[1]).to(z.dtype)
 
 
+def ce_stable(z, y):
+    m = z.amax(1, keepdim=True)
+    e = torch.exp(z - m)
+    s = e.sum(1, keepdim=True)
+    rows = torch.arange(len(y))
+    loss = (m[:, 0] + torch.log(s[:, 0]) - z[rows, y]).mean()
+    return loss, (e / s - onehot(z, y)) / len(z)
+
+
+def ce_gather_log_softmax(z, y):
+    shifted = z - z.max(dim=-1, keepdim=True).values
+    log_p = shifted - shifted.exp().sum(-1, keepdim=True).log()
+    loss = -log_p.gather(1, y[:, None]).mean()
+    dz = log_p.exp()
+    dz[torch.arange(len(y)), y] -= 1  # dz is a fresh tensor: writing into it is fine
+    return loss, dz / z.shape[0]
+
+
+def ce_scatter(z, y):
+    shifted = z - z.max(1, keepdim=True)[0]
+    p = shifted.exp() / shifted.exp().sum(1, keepdim=True)
+    loss = torch.mean(torch.log(shifted.exp().sum(1)) - shifted[torch.arange(len(y)), y])
+    return [loss, p.scatter_add(1, y[:, None], -torch.ones(len(y), 1, dtype=z.dtype)) / len(y)]
+
+
 CORRECT_CE = {
-    "softmax minus onehot": lambda z, y: (torch.softmax(z, 1) - onehot(z, y)) / z.shape[0],
-    "scatter": lambda z, y: (torch.softmax(z, -1).scatter_add(
-        1, y[:, None], -torch.ones(len(y), 1, dtype=z.dtype))) / len(y),
-    "exp normalised": lambda z, y: ((z - z.max(1, keepdim=True).values).exp()
-                                    / (z - z.max(1, keepdim=True).values).exp().sum(1, keepdim=True)
-                                    - onehot(z, y)) / len(z),
+    "stable with amax": ce_stable,
+    "gather of log-softmax": ce_gather_log_softmax,
+    "scatter, as a list": ce_scatter,
 }
 
+
+def ce_naive(z, y):
+    e = torch.exp(z)
+    p = e / e.sum(1, keepdim=True)
+    return -torch.log(p[torch.arange(len(y)), y]).mean(), (p - onehot(z, y)) / len(z)
+
+
+def ce_global_max(z, y):
+    shifted = z - z.max()
+    e = shifted.exp()
+    s = e.sum(1, keepdim=True)
+    loss = (torch.log(s[:, 0]) - shifted[torch.arange(len(y)), y]).mean()
+    return loss, (e / s - onehot(z, y)) / len(z)
+
+
+def ce_log_of_softmax(z, y):
+    _, dz = ce_stable(z, y)
+    p = dz * len(z) + onehot(z, y)
+    return -torch.log(p[torch.arange(len(y)), y]).mean(), dz
+
+
+def ce_library_softmax(z, y):
+    p = torch.softmax(z, 1)
+    return -torch.log(p[torch.arange(len(y)), y]).mean(), (p - onehot(z, y)) / len(z)
+
+
+def ce_library_loss(z, y):
+    return F.cross_entropy(z, y), ce_stable(z, y)[1]
+
+
+def ce_method_logsumexp(z, y):
+    loss = (z.logsumexp(1) - z[torch.arange(len(y)), y]).mean()
+    return loss, ce_stable(z, y)[1]
+
+
+def ce_torch_func(z, y):
+    loss = ce_stable(z, y)[0]
+    return loss, torch.func.grad(lambda t: ce_stable(t, y)[0])(z)
+
+
+def ce_in_place(z, y):
+    z -= z.amax(1, keepdim=True)  # shifting the caller's logits
+    return ce_stable(z, y)
+
+
 WRONG_CE = {
-    "no mean": (lambda z, y: torch.softmax(z, 1) - onehot(z, y), "divide (softmax(z) − onehot(y)) by B"),
-    "numel": (lambda z, y: (torch.softmax(z, 1) - onehot(z, y)) / z.numel(), "not z.numel()"),
-    "no softmax": (lambda z, y: (z - onehot(z, y)) / len(z), "the softmax is missing"),
-    "no onehot": (lambda z, y: torch.softmax(z, 1) / len(z), "one-hot term is missing"),
-    "softmax dim 0": (lambda z, y: (torch.softmax(z, 0) - onehot(z, y)) / len(z), "wrong dim"),
-    "sign": (lambda z, y: (onehot(z, y) - torch.softmax(z, 1)) / len(z), "sign is flipped"),
+    "naive exp": (ce_naive, "exp overflowed"),
+    "global max": (ce_global_max, "each ROW's max"),
+    "log of softmax": (ce_log_of_softmax, "log softmax(z)_y = z_y − max"),
+    "no mean": (lambda z, y: tuple(t * len(z) for t in ce_stable(z, y)), "factor 1/B"),
+    "no one-hot": (
+        lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] + onehot(z, y) / len(z)),
+        "one-hot term is missing",
+    ),
+    "softmax dim 0": (
+        lambda z, y: (
+            ce_stable(z, y)[0],
+            (torch.exp(z - z.amax(0)) / torch.exp(z - z.amax(0)).sum(0) - onehot(z, y)) / len(z),
+        ),
+        "wrong dim",
+    ),
+    "dz sign": (lambda z, y: (ce_stable(z, y)[0], -ce_stable(z, y)[1]), "sign is flipped"),
+    "mean over B·C": (lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] / z.shape[1]), "not z.numel()"),
+    "torch.softmax": (ce_library_softmax, "`torch.softmax` is off limits"),
+    "F.cross_entropy": (ce_library_loss, "`F.cross_entropy` is off limits"),
+    "Tensor.logsumexp": (ce_method_logsumexp, "`Tensor.logsumexp` is off limits"),
+    "torch.func": (ce_torch_func, "used autograd"),
+    "shifts the caller's logits": (ce_in_place, "changed its input in place"),
+    "only the gradient": (lambda z, y: ce_stable(z, y)[1], "as a tuple"),
 }
 
 
 @pytest.mark.parametrize("name", CORRECT_CE)
-def test_correct_cross_entropy_grad_passes(name, capsys):
-    check_cross_entropy_grad(CORRECT_CE[name])
-    assert capsys.readouterr().out.startswith("✓ cross_entropy_grad")
+def test_correct_softmax_cross_entropy_passes(name, capsys):
+    check_softmax_cross_entropy(CORRECT_CE[name])
+    assert capsys.readouterr().out.startswith("✓ softmax_cross_entropy")
 
 
 @pytest.mark.parametrize("name", WRONG_CE)
-def test_wrong_cross_entropy_grad_is_rejected_with_its_hint(name):
-    rejected(check_cross_entropy_grad, *WRONG_CE[name])
+def test_wrong_softmax_cross_entropy_is_rejected_with_its_hint(name):
+    rejected(check_softmax_cross_entropy, *WRONG_CE[name])
 
 
-# --------------------------------------------------------------------------- mlp_backward
+def test_off_limits_routines_are_restored_after_the_check():
+    softmax, method = torch.softmax, torch.Tensor.softmax
+    with pytest.raises(ExerciseError):
+        check_softmax_cross_entropy(ce_library_softmax)
+    assert torch.softmax is softmax and torch.Tensor.softmax is method
+    assert "softmax" not in torch.Tensor.__dict__
+    assert torch.allclose(torch.tensor([0.0, 0.0]).softmax(0), torch.tensor([0.5, 0.5]))
 
 
-def mlp(x, W1, b1, W2, b2, y, dphi=lambda a, h: 1 - h**2, scale=None, dw2_no_transpose=False):
-    a = x @ W1 + b1
-    h = torch.tanh(a)
-    z = h @ W2 + b2
-    G_z = (torch.softmax(z, 1) - onehot(z, y)) / (len(x) if scale is None else scale)
-    G_a = (G_z @ W2.T) * dphi(a, h)
-    dW2 = (G_z.T @ h) if dw2_no_transpose else h.T @ G_z
-    return x.T @ G_a, G_a.sum(0), dW2, G_z.sum(0)
+def test_cross_entropy_cases_reach_overflow_in_their_dtype():
+    cases = _cross_entropy_cases()
+    assert all(c.args[0].shape[0] > 1 and c.args[0].shape[0] != c.args[0].shape[1] for c in cases)
+    for dtype in (torch.float32, torch.float64):
+        biggest = max(float(c.args[0].abs().max()) for c in cases if c.args[0].dtype == dtype)
+        assert not torch.isfinite(torch.exp(torch.tensor(biggest, dtype=dtype)))
+    wide = cases[1].args[0]
+    assert float(wide.amax(1).max() - wide.amax(1).min()) > 1500  # rows with very different ranges
 
 
-def mlp_torch_func(x, W1, b1, W2, b2, y):
-    from autogradlab.checks.ch02 import mlp_loss
-
-    return torch.func.grad(lambda p: mlp_loss(x, *p, y))((W1, b1, W2, b2))
+# --------------------------------------------------------------------------- layernorm_backward
 
 
-def mlp_sech(x, W1, b1, W2, b2, y):
-    return mlp(x, W1, b1, W2, b2, y, dphi=lambda a, h: 1 / torch.cosh(a) ** 2)
+def ln_compact(x, gamma, beta, G, eps):
+    mu = x.mean(-1, keepdim=True)
+    rstd = 1 / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)
+    xhat = (x - mu) * rstd
+    g = G * gamma
+    dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    lead = tuple(range(x.dim() - 1))
+    return dx, (G * xhat).sum(lead), G.sum(lead)
 
 
-CORRECT_MLP = {"by hand": mlp, "sech² form": mlp_sech, "torch.func.grad": mlp_torch_func}
+def ln_micro_steps(x, gamma, beta, G, eps):
+    """Backprop-ninja style: one line of the forward pass at a time, walked backwards."""
+    D = x.shape[-1]
+    mu = x.sum(-1, keepdim=True) / D
+    xc = x - mu
+    var = (xc**2).sum(-1, keepdim=True) / D
+    rstd = (var + eps) ** -0.5
+    xhat = xc * rstd
+    G2 = G.reshape(-1, D)
+    dgamma = (G2 * xhat.reshape(-1, D)).sum(0)
+    dbeta = G2.sum(0)
+    dxhat = G * gamma
+    drstd = (dxhat * xc).sum(-1, keepdim=True)
+    dxc = dxhat * rstd
+    dvar = drstd * -0.5 * (var + eps) ** -1.5
+    dxc = dxc + dvar * 2 * xc / D  # xc is used twice: add both paths
+    dmu = -dxc.sum(-1, keepdim=True)
+    dx = dxc + dmu / D
+    return dx, dgamma, dbeta
 
-WRONG_MLP = {
-    "no dphi": (lambda *a: mlp(*a, dphi=lambda a, h: torch.ones_like(h)), "miss the factor φ'(a)"),
-    "1 - a^2": (lambda *a: mlp(*a, dphi=lambda a, h: 1 - a**2), "not 1 − a²"),
-    "tanh' at h": (lambda *a: mlp(*a, dphi=lambda a, h: 1 - torch.tanh(h) ** 2), "evaluated at the pre-activation"),
-    "sum not mean": (lambda *a: mlp(*a, scale=1), "B× too large"),
-    "dW2 transposed": (lambda *a: mlp(*a, dw2_no_transpose=True), "transpose"),
-    "three outputs": (lambda *a: mlp(*a)[:3], "returned 3 values"),
+
+def ln_library_forward(x, gamma, beta, G, eps):
+    D = x.shape[-1]
+    xhat = F.layer_norm(x, (D,), eps=eps)  # the forward is allowed; only the gradient is the exercise
+    std = torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+    g = G * gamma
+    dx = (D * g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) / (D * std)
+    return dx, torch.einsum("...d,...d->d", G, xhat), torch.einsum("...d->d", G)
+
+
+CORRECT_LN = {"compact": ln_compact, "micro-steps": ln_micro_steps, "F.layer_norm forward + sums": ln_library_forward}
+
+
+def ln_manual(**options):
+    from autogradlab.checks.ch02 import _layernorm_manual
+
+    return lambda *a: _layernorm_manual(*a, **options)
+
+
+def ln_torch_var(x, gamma, beta, G, eps):
+    mu = x.mean(-1, keepdim=True)
+    rstd = 1 / torch.sqrt(torch.var(x, -1, keepdim=True) + eps)  # unbiased by default
+    xhat = (x - mu) * rstd
+    g = G * gamma
+    dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    return dx, (G * xhat).sum(tuple(range(x.dim() - 1))), G.sum(tuple(range(x.dim() - 1)))
+
+
+def ln_two_dims_only(x, gamma, beta, G, eps):
+    dx, _, dbeta = ln_compact(x, gamma, beta, G, eps)
+    xhat = F.layer_norm(x, (x.shape[-1],), eps=eps)
+    return dx, (G * xhat).sum(0), dbeta
+
+
+def ln_autograd(x, gamma, beta, G, eps):
+    x = x.clone().requires_grad_(True)
+    out = F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+    return torch.autograd.grad(out, x, G)[0], *ln_compact(x, gamma, beta, G, eps)[1:]
+
+
+def ln_aten(x, gamma, beta, G, eps):
+    D = x.shape[-1]
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [D], gamma, beta, eps)
+    return torch.ops.aten.native_layer_norm_backward(G, x, [D], mean, rstd, gamma, beta, [True, True, True])
+
+
+def ln_hard_coded_eps(x, gamma, beta, G, eps):
+    return ln_compact(x, gamma, beta, G, 1e-5)
+
+
+WRONG_LN = {
+    "no variance term": (ln_manual(variance_term=False), "misses the path through the variance"),
+    "no mean term": (ln_manual(mean_term=False), "misses the path through the mean"),
+    "mu and sigma constant": (ln_manual(mean_term=False, variance_term=False), "treats μ and σ as constants"),
+    "forgot gamma": (ln_manual(gamma_in_dx=False), "dx forgot γ"),
+    "variance term sign": (ln_manual(variance_sign=+1), "wrong sign"),
+    "torch.var unbiased": (ln_torch_var, "divides by D − 1"),
+    "no eps": (ln_manual(eps_at="none"), "eps is missing"),
+    "eps outside sqrt": (ln_manual(eps_at="outside"), "inside the square root"),
+    "dgamma without xhat": (ln_manual(dgamma="no xhat"), "dgamma forgot x̂"),
+    "dgamma over dim 0": (ln_two_dims_only, "sum over all of them"),
+    "dbeta mean": (ln_manual(dbeta_mean=True), "SUM of G"),
+    "hard-coded eps": (ln_hard_coded_eps, "use the `eps` argument"),
+    "autograd": (ln_autograd, "used autograd"),
+    "aten backward": (ln_aten, "off limits"),
 }
 
 
-@pytest.mark.parametrize("name", CORRECT_MLP)
-def test_correct_mlp_backward_passes(name, capsys):
-    check_mlp_backward(CORRECT_MLP[name])
-    assert capsys.readouterr().out.startswith("✓ mlp_backward")
+@pytest.mark.parametrize("name", CORRECT_LN)
+def test_correct_layernorm_backward_passes(name, capsys):
+    check_layernorm_backward(CORRECT_LN[name])
+    assert capsys.readouterr().out.startswith("✓ layernorm_backward")
 
 
-@pytest.mark.parametrize("name", WRONG_MLP)
-def test_wrong_mlp_backward_is_rejected_with_its_hint(name):
-    rejected(check_mlp_backward, *WRONG_MLP[name])
+@pytest.mark.parametrize("name", WRONG_LN)
+def test_wrong_layernorm_backward_is_rejected_with_its_hint(name):
+    rejected(check_layernorm_backward, *WRONG_LN[name])
 
 
-def test_mlp_shape_error_gets_the_shape_reasoning_hint():
-    def no_transpose(x, W1, b1, W2, b2, y):
-        a = x @ W1 + b1
-        h = torch.tanh(a)
-        G_z = (torch.softmax(h @ W2 + b2, 1) - onehot(h @ W2, y)) / len(x)
-        G_a = (G_z @ W2) * (1 - h**2)  # W2 not transposed
-        return x.T @ G_a, G_a.sum(0), h.T @ G_z, G_z.sum(0)
-
-    message = rejected(check_mlp_backward, no_transpose, "G_h = G_z W2ᵀ is (B, H)")
-    assert "G_z @ W2" in message  # the learner's line is quoted
-
-
-# --------------------------------------------------------------------------- batched_linear_backward
-
-CORRECT_BATCHED = {
-    "reshape": lambda X, W, b, G: (
-        G @ W.T, X.reshape(-1, X.shape[-1]).T @ G.reshape(-1, G.shape[-1]), G.reshape(-1, G.shape[-1]).sum(0)),
-    "einsum": lambda X, W, b, G: (
-        torch.einsum("bte,de->btd", G, W), torch.einsum("btd,bte->de", X, G), G.sum((0, 1))),
-    "per-example stack summed": lambda X, W, b, G: (G @ W.T, (X.mT @ G).sum(0), G.sum(1).sum(0)),
-    "flatten": lambda X, W, b, G: (G @ W.T, X.flatten(0, 1).T @ G.flatten(0, 1), G.flatten(0, 1).sum(0)),
-}
-
-WRONG_BATCHED = {
-    "dW per example": (lambda X, W, b, G: (G @ W.T, X.mT @ G, G.sum((0, 1))), "(B, D, E) stack"),
-    "db sum 0": (lambda X, W, b, G: (G @ W.T, torch.einsum("btd,bte->de", X, G), G.sum(0)), "only over the batch dim 0"),
-    "db sum 1": (lambda X, W, b, G: (G @ W.T, torch.einsum("btd,bte->de", X, G), G.sum(1)), "only over dim 1"),
-    "db mean": (lambda X, W, b, G: (G @ W.T, torch.einsum("btd,bte->de", X, G), G.mean((0, 1))), "their SUM"),
-    "dW only last example": (lambda X, W, b, G: (G @ W.T, X[-1].T @ G[-1], G.sum((0, 1))), "max |error|"),
-    "dX 2-D transpose": (lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum((0, 1))), "reason with shapes"),
-}
+def test_layernorm_cases_are_not_easy():
+    cases = _layernorm_cases()
+    for case in cases:
+        x, gamma, beta, G, eps = case.args
+        assert x[..., 0].numel() > 1 and len(set(x.shape)) == x.dim()  # no batch of one, no repeated sizes
+        assert not torch.allclose(gamma, torch.ones_like(gamma)) and not torch.allclose(beta, torch.zeros_like(beta))
+        spread = x.double().std(-1)
+        assert float(spread.max() / spread.min()) > 100  # rows of very different ranges
+    assert len({c.args[4] for c in cases}) > 1 and any(c.args[0].dtype == torch.float32 for c in cases)
 
 
-@pytest.mark.parametrize("name", CORRECT_BATCHED)
-def test_correct_batched_linear_backward_passes(name, capsys):
-    check_batched_linear_backward(CORRECT_BATCHED[name])
-    assert capsys.readouterr().out.startswith("✓ batched_linear_backward")
+def test_off_limits_errors_do_not_get_the_shape_hint():
+    message = rejected(check_layernorm_backward, ln_aten, "off limits")
+    assert "reason with shapes" not in message
 
 
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize("name", WRONG_BATCHED)
-def test_wrong_batched_linear_backward_is_rejected_with_its_hint(name):
-    rejected(check_batched_linear_backward, *WRONG_BATCHED[name])
+def test_hard_coded_eps_is_named():
+    rejected(check_layernorm_backward, ln_hard_coded_eps, "use the `eps` argument")
 
 
-def test_checks_use_non_square_batched_float64_inputs():
-    from autogradlab.checks.ch02 import _batched_cases, _linear_cases
-
-    linear = _linear_cases()
-    assert any(c.args[0].shape[0] == 1 for c in linear) and any(c.args[1].shape[1] == 1 for c in linear)
-    assert all(c.args[1].shape[0] != c.args[1].shape[1] for c in linear)
-    assert sum(c.args[0].dtype == torch.float64 for c in linear) >= 4
-    batched = _batched_cases()
-    assert all(c.args[0].shape[0] != c.args[0].shape[1] for c in batched)
-    assert re.search(r"float32", " ".join(c.label for c in batched))
+def test_aten_kernels_are_restored_after_the_check():
+    with pytest.raises(ExerciseError):
+        check_embedding_backward(emb_aten)
+    assert type(torch.ops.aten.embedding_dense_backward).__name__ == "OpOverloadPacket"

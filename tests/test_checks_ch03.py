@@ -1,9 +1,11 @@
-"""Chapter 03 checkers: right answers in several forms pass, typical wrong ones get their hint."""
+"""Chapter 03 checkers: right answers in several forms pass; typical wrong ones, forbidden tools, built Jacobians
+and Hessians, and side effects are rejected with a hint that names the mistake."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from autogradlab.checks.ch03 import check_hvp, check_mean_vjp, check_softmax_vjp, check_sum_to_shape
 from autogradlab.checks.core import ExerciseError
@@ -15,21 +17,44 @@ def rejected(checker, answer, hint):
     assert hint in str(info.value), str(info.value)
 
 
+def not_implemented(*args):
+    raise NotImplementedError()
+
+
 # --------------------------------------------------------------------------- softmax_vjp
 
 
+def softmax_vjp_moved(y, v, dim):
+    """Move the softmax dim last, use a (1 × n) @ (n × 1) product per slice, move back."""
+    y_last, v_last = y.movedim(dim, -1), v.movedim(dim, -1)
+    dot = (v_last.unsqueeze(-2) @ y_last.unsqueeze(-1)).squeeze(-1)
+    return (y_last * (v_last - dot)).movedim(-1, dim)
+
+
 def softmax_vjp_by_jacobian(y, v, dim):
-    """Build each slice's Jacobian diag(y) − y yᵀ explicitly: slow, but right."""
+    """Build each slice's Jacobian diag(y) − y yᵀ explicitly: right values, but the exercise forbids J."""
     y_last, v_last = y.movedim(dim, -1), v.movedim(dim, -1)
     J = torch.diag_embed(y_last) - y_last.unsqueeze(-1) * y_last.unsqueeze(-2)
     return (v_last.unsqueeze(-2) @ J).squeeze(-2).movedim(-1, dim)
 
 
+def softmax_vjp_with_view(y, v, dim):
+    n = y.shape[dim]
+    y2, v2 = y.movedim(dim, -1).view(-1, n), v.movedim(dim, -1).view(-1, n)
+    out = y2 * (v2 - (v2 * y2).sum(-1, keepdim=True))
+    return out.view(y.movedim(dim, -1).shape).movedim(-1, dim)
+
+
+def softmax_vjp_in_place(y, v, dim):
+    v -= (v * y).sum(dim, keepdim=True)
+    return y * v
+
+
 CORRECT_SOFTMAX = {
     "keepdim": lambda y, v, dim: y * (v - (v * y).sum(dim, keepdim=True)),
     "two terms": lambda y, v, dim: y * v - y * (y * v).sum(dim=dim, keepdim=True),
-    "explicit jacobian": softmax_vjp_by_jacobian,
-    "autograd via log": lambda y, v, dim: torch.func.vjp(lambda t: torch.softmax(t, dim), y.log())[1](v)[0],
+    "moved to last dim, batched dot": softmax_vjp_moved,
+    "torch.sum and mul": lambda y, v, dim: torch.mul(y, v - torch.sum(torch.mul(v, y), dim, keepdim=True)),
 }
 
 WRONG_SOFTMAX = {
@@ -38,9 +63,26 @@ WRONG_SOFTMAX = {
     "hard-coded last dim": (lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)), "you summed over the last dim"),
     "hard-coded dim 0": (lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)), "you summed over dim 0"),
     "unweighted sum": (lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)), "needs the weights y"),
+    "second term without y": (lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True), "missing its factor y"),
+    "first term without y": (lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True), "first term needs its factor y"),
     "no keepdim": (lambda y, v, dim: y * (v - (v * y).sum(dim)), "keepdim=True"),
     "sign": (lambda y, v, dim: y * ((v * y).sum(dim, keepdim=True) - v), "sign is flipped"),
-    "not implemented": (lambda y, v, dim: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    "explicit jacobian": (softmax_vjp_by_jacobian, "built the Jacobian of each slice"),
+    "autograd via log": (
+        lambda y, v, dim: torch.func.vjp(lambda t: torch.softmax(t, dim), y.log())[1](v)[0],
+        "used autograd",
+    ),
+    "autograd.functional.jacobian": (
+        lambda y, v, dim: v.reshape(-1) @ torch.autograd.functional.jacobian(lambda t: torch.softmax(t, dim), y.log()),
+        "torch.autograd.functional.jacobian",
+    ),
+    "backward on a recomputed softmax": (
+        lambda y, v, dim: torch.autograd.grad(torch.softmax(y.log().requires_grad_(), dim), y, v)[0],
+        "used autograd",
+    ),
+    "view on a non-contiguous input": (softmax_vjp_with_view, ".view() fails on a non-contiguous y"),
+    "changes v in place": (softmax_vjp_in_place, "changed its input in place"),
+    "not implemented": (not_implemented, "NotImplementedError"),
 }
 
 
@@ -53,6 +95,12 @@ def test_correct_softmax_vjp_passes(name, capsys):
 @pytest.mark.parametrize("name", WRONG_SOFTMAX)
 def test_wrong_softmax_vjp_is_rejected_with_its_hint(name):
     rejected(check_softmax_vjp, *WRONG_SOFTMAX[name])
+
+
+def test_the_built_jacobian_message_gives_the_sizes():
+    with pytest.raises(ExerciseError) as info:
+        check_softmax_vjp(softmax_vjp_by_jacobian)
+    assert "16 MiB" in str(info.value) and "(2, 1024)" in str(info.value)
 
 
 # --------------------------------------------------------------------------- sum_to_shape
@@ -68,18 +116,71 @@ def sum_to_shape_by_loop(grad, shape):
     return grad
 
 
+def sum_to_shape_then_reshape(grad, shape):
+    lead = grad.dim() - len(shape)
+    dims = [i for i in range(grad.dim()) if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1)]
+    return grad.sum(dims).reshape(shape) if dims else grad.clone()
+
+
+def sum_to_shape_padded(grad, shape):
+    """Pad shape with leading ones, sum where sizes differ with keepdim, then drop the padding."""
+    padded = (1,) * (grad.dim() - len(shape)) + tuple(shape)
+    dims = tuple(i for i, (g, b) in enumerate(zip(grad.shape, padded)) if b == 1 and g != 1)
+    out = grad.sum(dims, keepdim=True) if dims else grad
+    return out.reshape(shape)
+
+
+def sum_to_shape_by_matrix(grad, shape):
+    """The broadcast written as a 0/1 matrix (the Jacobian) and multiplied: right values, J built."""
+    n = math.prod(shape)
+    index = torch.arange(n).reshape(shape).expand(grad.shape).reshape(-1)
+    J = F.one_hot(index, n).to(grad.dtype)
+    return (grad.reshape(-1) @ J).reshape(shape)
+
+
+def sum_to_shape_empty_dims(grad, shape):
+    lead = grad.dim() - len(shape)
+    dims = tuple(i for i in range(grad.dim()) if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1))
+    out = grad.sum(dims, keepdim=True)
+    return out.reshape(out.shape[lead:]) if dims else out.sum(())
+
+
+def sum_to_shape_from_the_left(grad, shape):
+    """Lines b's dims up with grad's first dims, then sums the extra trailing dims away."""
+    for i, size in enumerate(shape):
+        if size == 1 and grad.shape[i] != 1:
+            grad = grad.sum(i, keepdim=True)
+    while grad.dim() > len(shape):
+        grad = grad.sum(-1)
+    return grad
+
+
 CORRECT_SUM_TO_SHAPE = {
-    "sum_to_size": lambda grad, shape: grad.sum_to_size(shape),
     "loop": sum_to_shape_by_loop,
-    "autograd": lambda grad, shape: torch.func.vjp(lambda b: torch.zeros_like(grad) + b, torch.zeros(shape, dtype=grad.dtype))[1](grad)[0],
+    "sum then reshape": sum_to_shape_then_reshape,
+    "padded shape": sum_to_shape_padded,
 }
 
 WRONG_SUM_TO_SHAPE = {
     "always dim 0": (lambda grad, shape: grad.sum(0), "always summing over dim 0"),
     "leading only": (lambda grad, shape: grad.sum(0) if grad.dim() > len(shape) else grad, "size-1 dim of b"),
-    "mean": (lambda grad, shape: grad.sum_to_size(shape) * math.prod(shape) / grad.numel(), "a mean where a sum"),
-    "no keepdim": (lambda grad, shape: sum_to_shape_by_loop(grad, shape).reshape(-1), "shape"),
+    "mean": (
+        lambda grad, shape: sum_to_shape_by_loop(grad, shape) * math.prod(shape) / grad.numel(),
+        "a mean where a sum",
+    ),
+    "matched from the left": (sum_to_shape_from_the_left, "from the right"),
+    "empty tuple of dims": (sum_to_shape_empty_dims, "empty tuple of dims sums over every dim"),
+    "no keepdim": (lambda grad, shape: sum_to_shape_by_loop(grad, shape).reshape(-1), "Shape: got"),
     "returns grad": (lambda grad, shape: grad, "Shape: got"),
+    "sum_to_size": (lambda grad, shape: grad.sum_to_size(shape), "`sum_to_size` is the built-in"),
+    "autograd": (
+        lambda grad, shape: torch.func.vjp(lambda b: torch.zeros_like(grad) + b, torch.zeros(shape, dtype=grad.dtype))[
+            1
+        ](grad)[0],
+        "used autograd",
+    ),
+    "jacobian as a 0/1 matrix": (sum_to_shape_by_matrix, "built the Jacobian of the broadcast"),
+    "not implemented": (not_implemented, "NotImplementedError"),
 }
 
 
@@ -94,22 +195,93 @@ def test_wrong_sum_to_shape_is_rejected_with_its_hint(name):
     rejected(check_sum_to_shape, *WRONG_SUM_TO_SHAPE[name])
 
 
+def test_sum_to_size_is_back_after_the_check():
+    with pytest.raises(ExerciseError):
+        check_sum_to_shape(lambda grad, shape: grad.sum_to_size(shape))
+    assert torch.ones(2, 3).sum_to_size(3).tolist() == [2.0, 2.0, 2.0]
+
+
 # --------------------------------------------------------------------------- mean_vjp
 
+
+def reduced_dims(dim, ndim):
+    return sorted(d % ndim for d in ((dim,) if isinstance(dim, int) else dim))
+
+
+def mean_vjp_unsqueeze(v, x_shape, dim, keepdim):
+    dims = reduced_dims(dim, len(x_shape))
+    for d in [] if keepdim else dims:
+        v = v.unsqueeze(d)
+    return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
+
+
+def mean_vjp_reshape(v, x_shape, dim, keepdim):
+    dims = reduced_dims(dim, len(x_shape))
+    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
+    return v.reshape(kept) * torch.ones(tuple(x_shape), dtype=v.dtype) / (math.prod(x_shape) / v.numel())
+
+
+def mean_vjp_repeat(v, x_shape, dim, keepdim):
+    dims = reduced_dims(dim, len(x_shape))
+    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
+    count = math.prod(x_shape[d] for d in dims)
+    return v.reshape(kept).repeat([x_shape[i] if i in dims else 1 for i in range(len(x_shape))]) / count
+
+
+def mean_vjp_always_unsqueeze(v, x_shape, dim, keepdim):
+    return mean_vjp_unsqueeze(v, x_shape, dim, False)
+
+
+def mean_vjp_given_order(v, x_shape, dim, keepdim):
+    dims = (dim,) if isinstance(dim, int) else dim
+    for d in [] if keepdim else dims:
+        v = v.unsqueeze(d)
+    return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
+
+
+def mean_vjp_by_matrix(v, x_shape, dim, keepdim):
+    """Each input's mean, as a 0/1 matrix over the output elements, scaled: that matrix is J."""
+    dims = reduced_dims(dim, len(x_shape))
+    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
+    index = torch.arange(v.numel()).reshape(kept).expand(tuple(x_shape)).reshape(-1)
+    J = F.one_hot(index, v.numel()).to(v.dtype).T / math.prod(x_shape[d] for d in dims)
+    return (v.reshape(-1) @ J).reshape(tuple(x_shape))
+
+
 CORRECT_MEAN = {
-    "unsqueeze expand": lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape) / x_shape[dim],
-    "ones times": lambda v, x_shape, dim: torch.ones(x_shape, dtype=v.dtype) * v.unsqueeze(dim) / x_shape[dim],
-    "repeat_interleave": lambda v, x_shape, dim: (v.unsqueeze(dim).repeat_interleave(x_shape[dim], dim)
-                                                  / x_shape[dim]),
+    "sorted unsqueeze + expand": mean_vjp_unsqueeze,
+    "reshape to the kept shape, times ones": mean_vjp_reshape,
+    "repeat": mean_vjp_repeat,
 }
 
 WRONG_MEAN = {
-    "no division": (lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape), "divides by x_shape[dim]"),
-    "divided by numel": (lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape) / math.prod(x_shape),
-                         "not by the number of elements"),
-    "no unsqueeze": (lambda v, x_shape, dim: v.expand(x_shape) / x_shape[dim], "v.unsqueeze(dim) puts it back"),
-    "unsqueeze last": (lambda v, x_shape, dim: v.unsqueeze(-1).expand(x_shape) / x_shape[dim], "unsqueeze(dim)"),
-    "lost dtype": (lambda v, x_shape, dim: (v.unsqueeze(dim).expand(x_shape) / x_shape[dim]).float(), "Dtype"),
+    "no division": (
+        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))),
+        "divides by the number of elements it averages",
+    ),
+    "divided by numel": (
+        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))) / math.prod(a[1]),
+        "not by the number of elements of x",
+    ),
+    "one dim's size only": (
+        lambda *a: (
+            mean_vjp_unsqueeze(*a)
+            * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
+            / a[1][a[2] if isinstance(a[2], int) else a[2][0]]
+        ),
+        "the product of their sizes",
+    ),
+    "ignores keepdim": (mean_vjp_always_unsqueeze, "with keepdim=True they are already there"),
+    "unsqueeze in the given order": (mean_vjp_given_order, "in increasing order of d % x.dim()"),
+    "lost dtype": (lambda *a: mean_vjp_unsqueeze(*a).float(), "Dtype"),
+    "autograd": (
+        lambda v, x_shape, dim, keepdim: torch.autograd.grad(
+            torch.zeros(x_shape, dtype=v.dtype, requires_grad=True).mean(dim, keepdim), v
+        )[0],
+        "used autograd",
+    ),
+    "jacobian as a matrix": (mean_vjp_by_matrix, "built the Jacobian of the mean"),
+    "not implemented": (not_implemented, "NotImplementedError"),
 }
 
 
@@ -127,43 +299,145 @@ def test_wrong_mean_vjp_is_rejected_with_its_hint(name):
 # --------------------------------------------------------------------------- hvp
 
 
-def hvp_double_backward(f, x, v):
-    x = x.detach().requires_grad_(True)
-    (g,) = torch.autograd.grad(f(x), x, create_graph=True)
-    return torch.autograd.grad((g * v).sum(), x)[0]
+def copies(params):
+    return [p.detach().requires_grad_(True) for p in params]
 
 
-def hvp_backward_with_gradient(f, x, v):
-    x = x.detach().requires_grad_(True)
-    (g,) = torch.autograd.grad(f(x), x, create_graph=True)
-    g.backward(v)
-    return x.grad
+def hvp_materialize(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    dot = sum((g * v).sum() for g, v in zip(grads, vs))
+    return torch.autograd.grad(dot, ps, materialize_grads=True)
 
 
-def hvp_full_hessian(f, x, v):
-    H = torch.autograd.functional.hessian(f, x)
-    return (H.reshape(x.numel(), x.numel()) @ v.reshape(-1)).reshape(x.shape)
+def hvp_allow_unused(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    dot = sum((g * v).sum() for g, v in zip(grads, vs))
+    hv = torch.autograd.grad(dot, ps, allow_unused=True)
+    return [torch.zeros_like(p) if h is None else h for h, p in zip(hv, ps)]
+
+
+def hvp_backward(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    sum((g * v).sum() for g, v in zip(grads, vs)).backward(inputs=ps)
+    return [torch.zeros_like(p) if p.grad is None else p.grad for p in ps]
+
+
+def hvp_one_block_at_a_time(f, params, vs):
+    """One second pass per parameter, each on the full scalar: right (cross terms included), a bit slower."""
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    dot = sum((g * v).sum() for g, v in zip(grads, vs))
+    return [torch.autograd.grad(dot, p, retain_graph=True, materialize_grads=True)[0] for p in ps]
 
 
 CORRECT_HVP = {
-    "double backward": hvp_double_backward,
-    "backward(gradient=v)": hvp_backward_with_gradient,
-    "full hessian": hvp_full_hessian,
-    "autograd.functional.hvp": lambda f, x, v: torch.autograd.functional.hvp(f, x, v)[1],
+    "materialize_grads": hvp_materialize,
+    "allow_unused + zeros": hvp_allow_unused,
+    "backward(inputs=...)": hvp_backward,
+    "one block at a time": hvp_one_block_at_a_time,
 }
 
 
-def hvp_no_create_graph(f, x, v):
-    x = x.detach().requires_grad_(True)
-    (g,) = torch.autograd.grad(f(x), x)
-    return torch.autograd.grad((g * v).sum(), x)[0]
+def hvp_no_create_graph(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps)
+    return torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), ps, materialize_grads=True)
+
+
+def hvp_not_allow_unused(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    return torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), ps)
+
+
+def hvp_nones(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    return torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), ps, allow_unused=True)
+
+
+def hvp_no_cross_terms(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    return [
+        torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
+        if g.requires_grad
+        else torch.zeros_like(p)
+        for g, v, p in zip(grads, vs, ps)
+    ]
+
+
+def hvp_hessian_rows(f, params, vs):
+    """The full Hessian, one backward pass per row, then H @ v: right values, n passes and n² numbers."""
+    ps = copies(params)
+    flat = torch.cat([g.reshape(-1) for g in torch.autograd.grad(f(*ps), ps, create_graph=True)])
+    rows = []
+    for i in range(flat.numel()):
+        row = torch.autograd.grad(flat[i], ps, retain_graph=True, materialize_grads=True)
+        rows.append(torch.cat([r.reshape(-1) for r in row]))
+    hv = torch.stack(rows) @ torch.cat([v.reshape(-1) for v in vs])
+    return [b.reshape(p.shape) for b, p in zip(hv.split([p.numel() for p in ps]), ps)]
+
+
+def hvp_hessian_batched(f, params, vs):
+    """All rows of H at once with is_grads_batched (vmap over the identity): n² numbers."""
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    eye = torch.eye(flat.numel(), dtype=flat.dtype)
+    H = torch.autograd.grad(flat, ps, eye, is_grads_batched=True, allow_unused=True)
+    n = flat.numel()
+    H = torch.cat(
+        [torch.zeros(n, p.numel(), dtype=flat.dtype) if h is None else h.reshape(n, -1) for h, p in zip(H, ps)], dim=1
+    )
+    hv = H @ torch.cat([v.reshape(-1) for v in vs])
+    return [b.reshape(p.shape) for b, p in zip(hv.split([p.numel() for p in ps]), ps)]
+
+
+def hvp_requires_grad_in_place(f, params, vs):
+    for p in params:
+        p.requires_grad_(True)
+    grads = torch.autograd.grad(f(*params), params, create_graph=True)
+    return torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), params, materialize_grads=True)
+
+
+def hvp_flat(f, params, vs):
+    return torch.cat([h.reshape(-1) for h in hvp_materialize(f, params, vs)])
 
 
 WRONG_HVP = {
-    "gradient": (lambda f, x, v: torch.func.grad(f)(x), "that is the gradient"),
-    "gradient times v": (lambda f, x, v: torch.func.grad(f)(x) * v, "element-wise"),
+    "gradient list": (
+        lambda f, params, vs: (lambda ps: torch.autograd.grad(f(*ps), ps, materialize_grads=True))(copies(params)),
+        "that is the gradient",
+    ),
+    "gradient times v": (
+        lambda f, params, vs: [g * v for g, v in zip((lambda ps: torch.autograd.grad(f(*ps), ps))(copies(params)), vs)],
+        "element-wise",
+    ),
     "no create_graph": (hvp_no_create_graph, "create_graph=True"),
-    "v H v scalar": (lambda f, x, v: (hvp_double_backward(f, x, v) * v).sum(), "single number"),
+    "no allow_unused for a linear parameter": (hvp_not_allow_unused, "materialize_grads=True"),
+    "None for a linear parameter": (hvp_nones, "returned None for parameter 1"),
+    "no cross terms": (hvp_no_cross_terms, "the cross terms are missing"),
+    "Hessian row by row": (hvp_hessian_rows, "tensor ops"),
+    "Hessian batched": (hvp_hessian_batched, "created a tensor of"),
+    "autograd.functional.hvp": (
+        lambda f, params, vs: torch.autograd.functional.hvp(f, tuple(params), tuple(vs))[1],
+        "torch.autograd.functional.hvp",
+    ),
+    "torch.func forward over reverse": (
+        lambda f, params, vs: torch.func.jvp(torch.func.grad(lambda ps: f(*ps)), (tuple(params),), (tuple(vs),))[1],
+        "torch.func",
+    ),
+    "requires_grad_ on the caller's tensors": (hvp_requires_grad_in_place, "switched on requires_grad"),
+    "v H v, a scalar": (
+        lambda f, params, vs: sum((h * v).sum() for h, v in zip(hvp_materialize(f, params, vs), vs)),
+        "single number",
+    ),
+    "one flat tensor": (hvp_flat, "reshape or transpose back"),
+    "not implemented": (lambda f, params, vs: not_implemented(), "NotImplementedError"),
 }
 
 
@@ -178,12 +452,38 @@ def test_wrong_hvp_is_rejected_with_its_hint(name):
     rejected(check_hvp, *WRONG_HVP[name])
 
 
-def test_cases_are_not_trivial():
-    from autogradlab.checks.ch03 import _hvp_cases, _softmax_cases
+def test_hvp_shortcuts_are_back_after_the_check():
+    with pytest.raises(ExerciseError):
+        check_hvp(WRONG_HVP["autograd.functional.hvp"][0])
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert torch.allclose(torch.autograd.functional.hvp(lambda t: (t**3).sum(), x, torch.ones_like(x))[1], 6 * x)
+    assert torch.allclose(torch.func.grad(lambda t: (t**2).sum())(x), 2 * x)
 
-    # a Hessian that is not diagonal, so H v is not an element-wise product
-    f, x, _ = _hvp_cases()[2].args
-    H = torch.autograd.functional.hessian(f, x)
+
+def test_cases_are_not_trivial():
+    from autogradlab.checks.ch03 import _hvp_cases, _hvp_large, _mean_cases, _softmax_cases, _sum_to_shape_cases
+
+    # Hessians that are not diagonal, so H v is not an element-wise product
+    f, params, _ = _hvp_cases()[2].args
+    H = torch.autograd.functional.hessian(f, params[0])
     assert (H - torch.diag(torch.diag(H))).abs().max() > 1e-3
-    dims = {c.args[2] for c in _softmax_cases()}
-    assert {-1, 0, 1} <= dims
+    # the MLP couples its parameters: the cross terms are not zero
+    f, params, vs = _hvp_cases()[4].args
+    H = torch.autograd.functional.hessian(f, tuple(params))
+    assert H[0][2].abs().max() > 1e-3
+    # the large case: a Hessian of 2,000² float64 numbers would take about 31 MiB
+    assert sum(p.numel() for p in _hvp_large().args[1]) == 2000
+    # softmax: every kind of dim, a non-contiguous y, a row with exact zeros next to an ordinary row
+    softmax = _softmax_cases()
+    assert {-1, 0, 1} <= {c.args[2] for c in softmax}
+    assert any(not c.args[0].is_contiguous() for c in softmax)
+    assert any((c.args[0] == 0).any() and (c.args[0] > 1e-3).all(-1).any() for c in softmax)
+    # sum_to_shape: a scalar b, an unbroadcast b, size-1 dims both stretched and kept, a non-contiguous grad
+    shapes = [(tuple(c.args[0].shape), c.args[1]) for c in _sum_to_shape_cases()]
+    assert ((2, 3, 4), ()) in shapes and ((4, 3), (4, 3)) in shapes and ((3, 1, 4), (1, 1, 4)) in shapes
+    assert any(not c.args[0].is_contiguous() for c in _sum_to_shape_cases())
+    # mean: keepdim both ways, tuples with negative and unsorted dims, a non-contiguous v
+    mean = _mean_cases()
+    assert {True, False} == {c.args[3] for c in mean}
+    assert (2, 0) in [c.args[2] for c in mean] and (-3, -1) in [c.args[2] for c in mean]
+    assert any(not c.args[0].is_contiguous() for c in mean)

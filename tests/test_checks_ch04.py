@@ -1,205 +1,278 @@
-"""Chapter 04 checkers: right answers in several forms pass, typical wrong ones get their hint."""
-
-import re
+"""Chapter 04 checkers: right answers pass; typical wrong ones are rejected with the hint that names the mistake."""
 
 import pytest
 import torch
 
 from autogradlab.checks.ch04 import (
-    OPS,
+    check_ema,
+    check_inplace_chain,
     check_saved_activation_bytes,
-    check_scale_parameter,
-    check_what_gets_saved,
+    inplace_saves_memory,
     make_mlp,
-    measure_saved_bytes,
-    measured_activation_bytes,
+    measured_activation_storages,
 )
 from autogradlab.checks.core import ExerciseError
-from autogradlab.graph import capture
 
 
 def item(dtype):
     return torch.empty((), dtype=dtype).element_size()
 
 
-# --- exercise 1 ---------------------------------------------------------------------------
+def rejected(call, hint):
+    with pytest.raises(ExerciseError) as info:
+        call()
+    assert hint in str(info.value), str(info.value)
 
 
-def layer_by_layer(batch, sizes, dtype):
-    es = item(dtype)
-    total = batch * sizes[0] * es  # the input, saved by the first Linear
-    for hidden in sizes[1:-1]:
-        total += batch * hidden * es  # ReLU output = next Linear's input: one storage
-    return total + batch * sizes[-1] * es  # the output, saved by pow
+# --- Exercise 1 ------------------------------------------------------------------------------
 
 
-def by_measuring(batch, sizes, dtype):
-    model = make_mlp(sizes, dtype)
-    x = torch.zeros(batch, sizes[0], dtype=dtype)
-    return capture(model(x).pow(2).mean(), params=model).activation_bytes()
+def right(b, sizes, dtype, activation):
+    per = 2 if activation == "gelu" else 1
+    i = item(dtype)
+    return [b * sizes[0] * i] + [b * n * i for n in sizes[1:-1] for _ in range(per)] + [b * sizes[-1] * i]
 
 
-CORRECT_BYTES = {
-    "closed form": lambda b, s, d: b * sum(s) * item(d),
-    "layer by layer": layer_by_layer,
-    "measured with capture": by_measuring,
-    "float result": lambda b, s, d: float(b * sum(s) * item(d)),
-}
-
-WRONG_BYTES = {
-    "double counts hidden": (lambda b, s, d: b * (sum(s) + sum(s[1:-1])) * item(d), "count it once"),
-    "forgets the input": (lambda b, s, d: b * (sum(s) - s[0]) * item(d), "count the input batch"),
-    "forgets the loss": (lambda b, s, d: b * (sum(s) - s[-1]) * item(d), "count the final output"),
-    "elements": (lambda b, s, d: b * sum(s), "bytes, not elements"),
-    "always 4 bytes": (lambda b, s, d: b * sum(s) * 4, "float64 takes 8 bytes"),
-    "with params": (lambda b, s, d: b * sum(s) * item(d) + sum((i * o + o) * item(d) for i, o in zip(s, s[1:])),
-                    "leave them out"),
-    "no batch": (lambda b, s, d: sum(s) * item(d), "multiply by the batch size"),
-    "something else": (lambda b, s, d: 7, "list what each layer saves"),
-    "a string": (lambda b, s, d: "480", "an int"),
-    "not implemented": (lambda b, s, d: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
-}
+def right_by_walking_layers(b, sizes, dtype, activation):
+    """An alternative: walk the layers, note each new storage."""
+    i, out = item(dtype), []
+    out.append(b * sizes[0] * i)  # first Linear's input
+    for n in sizes[1:-1]:
+        if activation == "gelu":
+            out.append(b * n * i)  # GELU's input
+        out.append(b * n * i)  # activation output = next Linear's input
+    out.append(b * sizes[-1] * i)  # pow's input
+    return tuple(out)
 
 
-@pytest.mark.parametrize("name", CORRECT_BYTES)
-def test_correct_activation_bytes_pass(name, capsys):
-    check_saved_activation_bytes(CORRECT_BYTES[name])
-    assert capsys.readouterr().out.startswith("✓ saved_activation_bytes")
+def test_the_measurement_itself_sees_gelu_save_its_input():
+    relu = measured_activation_storages(2, [3, 4, 5], torch.float32, "relu")
+    gelu = measured_activation_storages(2, [3, 4, 5], torch.float32, "gelu")
+    assert relu == [24, 32, 40] and gelu == [24, 32, 32, 40]
+    assert isinstance(make_mlp([3, 4, 5], activation="tanh")[1], torch.nn.Tanh)
 
 
-@pytest.mark.parametrize("name", WRONG_BYTES)
-def test_wrong_activation_bytes_rejected_with_hint(name):
-    answer, hint = WRONG_BYTES[name]
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_saved_activation_bytes(answer)
+@pytest.mark.parametrize("answer", [right, right_by_walking_layers, lambda *a: torch.tensor(right(*a))])
+def test_right_activation_storages_pass(answer, capsys):
+    check_saved_activation_bytes(answer)
+    assert capsys.readouterr().out.startswith("✓")
 
 
-def test_measurement_excludes_parameters_and_counts_storages_once():
-    model = make_mlp([4, 5, 3])
-    x = torch.randn(2, 4)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    _, without = measure_saved_bytes(lambda: model(x).pow(2).mean(), exclude=params)
-    _, with_params = measure_saved_bytes(lambda: model(x).pow(2).mean())
-    assert without == measured_activation_bytes(2, [4, 5, 3], torch.float32) == 2 * 12 * 4
-    # Only the second weight is saved (to pass the gradient on to the hidden layer); the first layer's
-    # weight would only be needed for a gradient with respect to x, which does not require grad.
-    assert with_params == without + 4 * (3 * 5)
-
-
-# --- exercise 2 ---------------------------------------------------------------------------
-
-SAVES = {"exp": "output", "sin": "input", "tanh": "output", "sigmoid": "output", "relu": "output", "log": "input",
-         "sqrt": "output", "square": "input", "add_one": "nothing", "times_three": "nothing", "softmax": "output",
-         "abs": "input", "reciprocal": "output"}
-
-
-def by_experiment(op):
-    from autogradlab.checks.ch04 import _breaks
-
-    return "input" if _breaks(op, "input") else "output" if _breaks(op, "output") else "nothing"
-
-
-def by_capture(op):
-    a = torch.rand(3, requires_grad=True) + 0.5
-    node = capture(OPS[op](a)).nodes[1]
-    names = {s.name for s in node.saved}
-    return "output" if "result" in names else "input" if "self" in names else "nothing"
-
-
-CORRECT_SAVED = {"table": SAVES.get, "experiment": by_experiment, "capture": by_capture}
-
-WRONG_SAVED = {
-    "always input": (lambda op: "input", "is the output itself"),
-    "always output": (lambda op: "output", "needs the input x"),
-    "always nothing": (lambda op: "nothing", "is the output itself"),
-    "sqrt as input": (lambda op: {**SAVES, "sqrt": "input"}[op], "1/(2y)"),
-    "times three saves input": (lambda op: {**SAVES, "times_three": "input"}[op], "only the constant 3"),
-    "relu saves input": (lambda op: {**SAVES, "relu": "input"}[op], "mask (y > 0)"),
-    "softmax saves input": (lambda op: {**SAVES, "softmax": "input"}[op], "needs the output y"),
-    "a bool": (lambda op: True, "one of 'input'"),
-    "not implemented": (lambda op: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+WRONG_STORAGES = {
+    "the old total": (lambda b, s, d, a: sum(right(b, s, d, a)), "return a list"),
+    "GELU like ReLU": (lambda b, s, d, a: right(b, s, d, "relu"), "GELU's derivative needs its input"),
+    "every activation like GELU": (lambda b, s, d, a: right(b, s, d, "gelu"), "one storage per hidden layer"),
+    "no input": (lambda b, s, d, a: right(b, s, d, a)[1:], "the input batch is the first storage"),
+    "no output": (lambda b, s, d, a: right(b, s, d, a)[:-1], "the final output is the last storage"),
+    "elements": (lambda b, s, d, a: [n // item(d) for n in right(b, s, d, a)], "multiply by the element size"),
+    "always 4 bytes": (lambda b, s, d, a: [n // item(d) * 4 for n in right(b, s, d, a)], "float64 takes 8"),
+    "per example": (lambda b, s, d, a: [n // b for n in right(b, s, d, a)], "multiply by the batch size"),
+    "reordered": (lambda b, s, d, a: list(reversed(right(b, s, d, a))), "The totals agree, the storages do not"),
 }
 
 
-@pytest.mark.parametrize("name", CORRECT_SAVED)
-def test_correct_saved_predictions_pass(name, capsys):
-    check_what_gets_saved(CORRECT_SAVED[name])
-    assert capsys.readouterr().out.startswith("✓ what_gets_saved")
+@pytest.mark.parametrize("name", WRONG_STORAGES)
+def test_wrong_activation_storages_are_named(name):
+    answer, hint = WRONG_STORAGES[name]
+    rejected(lambda: check_saved_activation_bytes(answer), hint)
 
 
-@pytest.mark.parametrize("name", WRONG_SAVED)
-def test_wrong_saved_predictions_rejected_with_hint(name):
-    answer, hint = WRONG_SAVED[name]
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_what_gets_saved(answer)
+# --- Exercise 2 ------------------------------------------------------------------------------
 
 
-# --- exercise 3 ---------------------------------------------------------------------------
+def optimal(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
 
 
-def with_no_grad(param, factor):
+def optimal_other_spelling(h):
+    h = torch.sin(h)
+    h *= 3
+    torch.exp_(h)
+    h = torch.add(h, 1)
+    torch.tanh_(h)
+    h = torch.div(h, 2)
+    h = torch.square(h)
+    h -= 0.5
+    return h
+
+
+def pow_in_place_is_fine(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h / 2
+    h.pow_(2)  # allowed, saves nothing: autograd clones the input first
+    return h.sub_(0.5)
+
+
+def test_the_rule_gives_four_in_place_steps():
+    assert [n for n, ok in inplace_saves_memory().items() if ok] == ["mul", "exp", "tanh", "sub"]
+
+
+@pytest.mark.parametrize("answer", [optimal, optimal_other_spelling, pow_in_place_is_fine])
+def test_optimal_chains_pass(answer, capsys):
+    check_inplace_chain(answer)
+    assert "allocates 4 new tensors for 8 steps" in capsys.readouterr().out
+
+
+def all_out_of_place(h):
+    return ((((h.sin() * 3).exp() + 1).tanh() / 2) ** 2) - 0.5
+
+
+def div_in_place_after_tanh(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h.div_(2)  # tanh saved its output
+    h = h**2
+    return h.sub_(0.5)
+
+
+def add_in_place_after_exp(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h.add_(1)  # exp saved its output: this overwrites it
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
+
+
+def sin_in_place(h):
+    h.sin_()  # sin saves its input
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
+
+
+def through_data(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h.data.div_(2)  # tanh saved this output: no error, a wrong gradient
+    h = h**2
+    return h.sub_(0.5)
+
+
+def extra_copy(h):
+    h = h.clone().sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
+
+
+def missing_step(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h**2
+    return h.sub_(0.5)
+
+
+WRONG_CHAINS = {
+    "nothing in place": (all_out_of_place, "could overwrite its input and does not"),
+    "add_ after exp": (add_in_place_after_exp, "`exp`, saved its output"),
+    "div_ after tanh": (div_in_place_after_tanh, "`tanh`, saved its output"),
+    "sin_ on the caller's h": (sin_in_place, "changed its argument h"),
+    ".data": (through_data, "wrong gradient"),
+    "an extra copy": (extra_copy, "4 are enough"),
+    "a step missing": (missing_step, "computes a different value"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_CHAINS)
+def test_wrong_chains_are_named(name):
+    answer, hint = WRONG_CHAINS[name]
+    rejected(lambda: check_inplace_chain(answer), hint)
+
+
+# --- Exercise 3 ------------------------------------------------------------------------------
+
+
+def init_right(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def update_right(ema, model, decay):
     with torch.no_grad():
-        param.mul_(factor)
+        for name, p in model.named_parameters():
+            ema[name].mul_(decay).add_(p, alpha=1 - decay)
 
 
-def with_copy(param, factor):
+def update_lerp(ema, model, decay):
     with torch.no_grad():
-        param.copy_(param * factor)
+        for name, p in model.named_parameters():
+            ema[name].lerp_(p, 1 - decay)
 
 
-def through_detach(param, factor):
-    param.detach().mul_(factor)  # detach shares the version counter: autograd still sees it
+def test_right_ema_passes(capsys):
+    check_ema(init_right, update_right)
+    check_ema(lambda m: {n: torch.empty_like(p).copy_(p.detach()) for n, p in m.named_parameters()}, update_lerp)
+    assert capsys.readouterr().out.count("✓") == 2
 
 
-CORRECT_SCALE = {"no_grad mul_": with_no_grad, "no_grad copy_": with_copy, "detach().mul_": through_detach}
+def update_data(ema, model, decay):
+    for name, p in model.named_parameters():
+        ema[name].data.mul_(decay).add_(p.data, alpha=1 - decay)
 
 
-def via_data(param, factor):
-    param.data.mul_(factor)
-
-
-def assign_data(param, factor):
-    param.data = param.data * factor
-
-
-def plain_inplace(param, factor):
-    param.mul_(factor)
-
-
-def rebinding(param, factor):
-    param = param * factor  # noqa: F841
-
-
-def returns_new(param, factor):
+def update_rebinds(ema, model, decay):
     with torch.no_grad():
-        return param * factor
+        for name, p in model.named_parameters():
+            ema[name] = decay * ema[name] + (1 - decay) * p
 
 
-def loses_leaf(param, factor):
-    param.requires_grad_(False)
-    param.mul_(factor)
+def update_swapped(ema, model, decay):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            ema[name].mul_(1 - decay).add_(p, alpha=decay)
 
 
-WRONG_SCALE = {
-    ".data.mul_": (via_data, "its own version counter"),
-    ".data = ...": (assign_data, "its own version counter"),
-    "in place with recording on": (plain_inplace, "torch.no_grad()"),
-    "rebinding": (rebinding, "only rebinds a local name"),
-    "returns a new tensor": (returns_new, "you returned a new tensor"),
-    "turns off requires_grad": (loses_leaf, "no longer a trainable leaf"),
-    "wrong factor": (lambda p, f: with_no_grad(p, f + 1), "multiplied by"),
-    "not implemented": (lambda p, f: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+def update_moves_the_model(ema, model, decay):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            ema[name].mul_(decay).add_(p, alpha=1 - decay)
+            p.copy_(ema[name])
+
+
+WRONG_EMA = {
+    "aliased by detach": (lambda m: {n: p.detach() for n, p in m.named_parameters()}, update_right,
+                          "detach().clone()"),
+    "clone stays in the graph": (lambda m: {n: p.clone() for n, p in m.named_parameters()}, update_right,
+                                 "part of autograd"),
+    "update through .data": (init_right, update_data, "version counter did not move"),
+    "rebinds the dict entries": (init_right, update_rebinds, "replaced"),
+    "decay swapped": (init_right, update_swapped, "decay weighs the old average"),
+    "writes the average into the model": (init_right, update_moves_the_model, "changed the model's parameter"),
+    "a list, not a dict": (lambda m: [p.detach().clone() for p in m.parameters()], update_right, "dict keyed"),
 }
 
 
-@pytest.mark.parametrize("name", CORRECT_SCALE)
-def test_correct_scaling_passes(name, capsys):
-    check_scale_parameter(CORRECT_SCALE[name])
-    assert capsys.readouterr().out.startswith("✓ scale_parameter_")
-
-
-@pytest.mark.parametrize("name", WRONG_SCALE)
-def test_wrong_scaling_rejected_with_hint(name):
-    answer, hint = WRONG_SCALE[name]
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_scale_parameter(answer)
+@pytest.mark.parametrize("name", WRONG_EMA)
+def test_wrong_ema_is_named(name):
+    init, update, hint = WRONG_EMA[name]
+    rejected(lambda: check_ema(init, update), hint)

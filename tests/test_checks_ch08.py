@@ -1,4 +1,4 @@
-"""Chapter 08 checkers: right answers in several forms pass, typical wrong ones get their hint."""
+"""Chapter 08 checkers: right answers in several forms pass, plausible wrong ones are rejected with the hint naming the mistake."""
 
 import re
 
@@ -7,187 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from autogradlab.checks import ch08
-from autogradlab.checks.ch08 import check_amp_train_step, check_grad_after_clip_bug, check_loss_scale_after
+from autogradlab.checks.ch08 import check_adam_first_update, check_loss_scale_after, check_two_optimizer_step
 from autogradlab.checks.core import ExerciseError
 from autogradlab.models.loss_scale import scale_trace
-
-# ---- exercise 1: the AMP step ----------------------------------------------------------------
-
-
-def zero_grad_at_end(model, optimizer, scaler, x, y, max_norm):
-    with torch.autocast(device_type=x.device.type, dtype=torch.float16):
-        loss = F.mse_loss(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=False)
-    return loss
-
-
-def amp_namespace_and_param_groups(model, optimizer, scaler, x, y, max_norm):
-    model.zero_grad()
-    with torch.amp.autocast("cpu", dtype=torch.float16):
-        out = model(x)
-        loss = F.mse_loss(out, y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def loss_outside_autocast(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast(x.device.type, torch.float16):
-        out = model(x)
-    loss = F.mse_loss(out.float(), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-
-
-CORRECT_STEPS = {
-    "reference": ch08.reference_amp_train_step,
-    "zero_grad at the end": zero_grad_at_end,
-    "torch.amp.autocast, param_groups": amp_namespace_and_param_groups,
-    "loss outside autocast": loss_outside_autocast,
-}
-
-
-@pytest.mark.parametrize("name", CORRECT_STEPS)
-def test_correct_amp_steps_pass(name, capsys):
-    check_amp_train_step(CORRECT_STEPS[name])
-    assert capsys.readouterr().out.startswith("✓ amp_train_step")
-
-
-def no_autocast(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    scaler.scale(F.mse_loss(model(x), y)).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def clip_then_step_no_unscale(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.float16):
-        loss = F.mse_loss(model(x), y)
-    scaler.scale(loss).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def unscale_twice(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.float16):
-        loss = F.mse_loss(model(x), y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    scaler.unscale_(optimizer)
-
-
-def not_scaled(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.float16):
-        loss = F.mse_loss(model(x), y)
-    loss.backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def no_update_after_first(model, optimizer, scaler, x, y, max_norm):
-    # right on the first run's single step (growth_interval 1 shows it), PyTorch itself raises on later steps
-    ch08._no_update(model, optimizer, scaler, x, y, max_norm)
-    if scaler.get_scale() == 2.0**12:
-        scaler.update()
 
 
 def not_implemented(*args):
     raise NotImplementedError()
 
 
-WRONG_STEPS = {
-    "clip before unscale_": (ch08._clip_before_unscale, "ran on the *scaled* gradients"),
-    "clip, no unscale_": (clip_then_step_no_unscale, "ran on the *scaled* gradients"),
-    "no clip": (ch08._no_clip, "were not clipped"),
-    "optimizer.step": (ch08._optimizer_step, "use scaler.step" if False else "call scaler.step(optimizer)"),
-    "no update": (ch08._no_update, "scaler.update() was never called"),
-    "update before step": (ch08._update_before_step, "scaler.update() ran before scaler.step"),
-    "loss not scaled": (not_scaled, "did not use scaler.scale"),  # PyTorch's own message names it
-    "no update, several steps": (no_update_after_first, "unscale_() is being called after step()"),
-    "no zero_grad": (ch08._no_zero_grad, "gradients accumulate"),
-    "zero_grad after backward": (ch08._zero_grad_after_backward, "zero_grad ran between backward and step"),
-    "no autocast": (no_autocast, "outside autocast"),
-    "unscale twice": (unscale_twice, "raised RuntimeError"),
-    "not implemented": (not_implemented, "NotImplementedError"),
-    "no model call": (lambda *a: None, "never called the model"),
-}
-
-
-@pytest.mark.parametrize("name", WRONG_STEPS)
-def test_wrong_amp_steps_are_rejected_with_their_hint(name):
-    answer, hint = WRONG_STEPS[name]
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_amp_train_step(answer)
-
-
-# ---- exercise 2: the clip-before-unscale bug -------------------------------------------------
-
-
-def bug_by_formula(grad, scale, max_norm):
-    return grad * min(1.0, max_norm / (scale * float(grad.norm()) + 1e-6))
-
-
-def bug_by_simulation(grad, scale, max_norm):
-    scaled = grad * scale
-    norm = torch.linalg.vector_norm(scaled)
-    factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    return scaled * factor / scale
-
-
-def bug_without_eps(grad, scale, max_norm):
-    norm = scale * grad.norm()
-    return grad if norm <= max_norm else grad * (max_norm / norm)
-
-
-CORRECT_CLIPS = {"formula": bug_by_formula, "simulated": bug_by_simulation, "no eps": bug_without_eps}
-
-
-@pytest.mark.parametrize("name", CORRECT_CLIPS)
-def test_correct_clip_bug_answers_pass(name, capsys):
-    check_grad_after_clip_bug(CORRECT_CLIPS[name])
-    assert capsys.readouterr().out.startswith("✓ grad_after_clip_bug")
-
-
-WRONG_CLIPS = {
-    "right order": (lambda g, s, m: g * min(1.0, m / (float(g.norm()) + 1e-6)), "that is the right order's result"),
-    "forgot to unscale": (lambda g, s, m: g * s * min(1.0, m / (s * float(g.norm()) + 1e-6)), "divide by the scale"),
-    "unscaled twice": (lambda g, s, m: bug_by_formula(g, s, m) / s, "divided by the scale twice"),
-    "no min(1, .)": (lambda g, s, m: g * m / (s * float(g.norm()) + 1e-6), "only ever shrinks"),
-    "unclipped": (lambda g, s, m: g.clone(), "returned unclipped"),
-    "lost dtype": (lambda g, s, m: bug_by_formula(g, s, m).float(), "Dtype"),
-    "in place": (lambda g, s, m: g.mul_(min(1.0, m / (s * float(g.norm()) + 1e-6))), "changed its input in place"),
-}
-
-
-@pytest.mark.parametrize("name", WRONG_CLIPS)
-def test_wrong_clip_bug_answers_are_rejected_with_their_hint(name):
-    answer, hint = WRONG_CLIPS[name]
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_grad_after_clip_bug(answer)
-
-
-# ---- exercise 3: the loss scale after a sequence ---------------------------------------------
+# ---- exercise 1: the loss scale after a sequence ---------------------------------------------
 
 
 def scale_loop(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_factor=0.5):
@@ -202,16 +31,25 @@ def scale_loop(overflows, init_scale, growth_interval, growth_factor=2.0, backof
     return scale
 
 
-def scale_with_model(overflows, init_scale, growth_interval, growth_factor, backoff_factor):
-    return scale_trace(overflows, init_scale=init_scale, growth_interval=growth_interval,
-                       growth_factor=growth_factor, backoff_factor=backoff_factor).final_scale
+def scale_by_counting(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_factor=0.5):
+    # a different shape of the same rule: runs of good steps between overflows
+    scale, run = float(init_scale), 0
+    for overflow in list(overflows) + [None]:
+        if overflow is None or overflow:
+            scale *= growth_factor ** (run // growth_interval)
+            run = 0
+            if overflow:
+                scale *= backoff_factor
+        else:
+            run += 1
+    return scale
 
 
 def scale_as_tensor(*args):
     return torch.tensor(scale_loop(*args))
 
 
-CORRECT_SCALES = {"loop": scale_loop, "model": scale_with_model, "0-dim tensor": scale_as_tensor}
+CORRECT_SCALES = {"loop": scale_loop, "runs of good steps": scale_by_counting, "0-dim tensor": scale_as_tensor}
 
 
 @pytest.mark.parametrize("name", CORRECT_SCALES)
@@ -224,6 +62,15 @@ def _wrong(kind):
     return lambda o, s, n, g=2.0, b=0.5: ch08._variant(o, s, n, g, b, kind=kind)
 
 
+def with_gradscaler(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_factor=0.5):
+    return ch08._gradscaler_scale_after(overflows, init_scale, growth_interval, growth_factor, backoff_factor)
+
+
+def with_course_helper(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_factor=0.5):
+    return scale_trace(overflows, init_scale=init_scale, growth_interval=growth_interval, growth_factor=growth_factor,
+                       backoff_factor=backoff_factor).final_scale
+
+
 WRONG_SCALES = {
     "no reset on overflow": (_wrong("no_reset_on_overflow"), "reset the count of good steps"),
     "off by one": (_wrong("off_by_one"), "off by one"),
@@ -233,6 +80,9 @@ WRONG_SCALES = {
     "string": (lambda *a: "65536", "should return a number"),
     "never changes": (lambda o, s, *a: s, "off by one"),  # on '...' with interval 3 it looks exactly like that
     "unrelated": (lambda o, s, *a: 3.0 * s, "replay the rule"),
+    "a real GradScaler does it": (with_gradscaler, "write the rule yourself"),
+    "the course's simulation does it": (with_course_helper, "write the rule yourself"),
+    "not implemented": (not_implemented, "NotImplementedError"),
 }
 
 
@@ -243,6 +93,12 @@ def test_wrong_loss_scales_are_rejected_with_their_hint(name):
         check_loss_scale_after(answer)
 
 
+def test_helpers_work_again_after_a_refused_answer():
+    with pytest.raises(ExerciseError):
+        check_loss_scale_after(with_gradscaler)
+    assert with_course_helper([True], 8.0, 2) == 4.0 and with_gradscaler([True], 8.0, 2) == 4.0
+
+
 def test_variants_differ_from_gradscaler_on_some_case():
     # every named mistake is caught by at least one case (else its hint could never fire)
     for kind in ch08.SCALE_MISTAKES.values():
@@ -251,3 +107,238 @@ def test_variants_differ_from_gradscaler_on_some_case():
             != ch08._gradscaler_scale_after([c == "x" for c in p], s, n, g, b)
             for p, s, n, g, b in ch08._SCALE_CASES
         ), kind
+
+
+# ---- exercise 2: one scaler, two optimizers --------------------------------------------------
+
+
+def step_model_zero_grad(model, optimizers, max_norms, scaler, x, y, dtype):
+    model.zero_grad()
+    with torch.amp.autocast("cpu", dtype=dtype):
+        out = model(x)
+    loss = F.mse_loss(out.float(), y)  # the loss outside autocast, from the 16-bit output: same value
+    if scaler is None:
+        loss.backward()
+        for optimizer, max_norm in zip(optimizers, max_norms):
+            torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm=max_norm)
+        for optimizer in optimizers:
+            optimizer.step()
+        return float(loss.detach())
+    scaler.scale(loss).backward()
+    for optimizer in optimizers:
+        scaler.unscale_(optimizer)
+    for optimizer, max_norm in zip(optimizers, max_norms):
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+
+
+def step_interleaved(model, optimizers, max_norms, scaler, x, y, dtype):
+    # unscale, clip and step one optimizer after the other; update once at the end
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=False)
+    with torch.autocast(device_type=x.device.type, dtype=dtype):
+        loss = F.mse_loss(model(x), y)
+    (scaler.scale(loss) if scaler else loss).backward()
+    for optimizer, max_norm in zip(optimizers, max_norms):
+        if scaler:
+            scaler.unscale_(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+        scaler.step(optimizer) if scaler else optimizer.step()
+    if scaler:
+        scaler.update()
+    return float(loss.item())
+
+
+CORRECT_TWO = {
+    "reference": ch08.reference_two_optimizer_step,
+    "model.zero_grad, loss from the 16-bit output": step_model_zero_grad,
+    "interleaved per optimizer": step_interleaved,
+}
+
+
+@pytest.mark.parametrize("name", CORRECT_TWO)
+def test_correct_two_optimizer_steps_pass(name, capsys):
+    check_two_optimizer_step(CORRECT_TWO[name])
+    assert capsys.readouterr().out.startswith("✓ two_optimizer_step")
+
+
+def model_cast_instead_of_autocast(model, optimizers, max_norms, scaler, x, y, dtype):
+    model.to(dtype)  # model.half(): not mixed precision
+    loss = F.mse_loss(model(x.to(dtype)).float(), y)
+    loss.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+    return loss.item()
+
+
+def forgets_the_second_optimizer(model, optimizers, max_norms, scaler, x, y, dtype):
+    optimizers[0].zero_grad()
+    optimizers[1].zero_grad()
+    with torch.autocast("cpu", dtype=dtype):
+        loss = F.mse_loss(model(x), y)
+    (scaler.scale(loss) if scaler else loss).backward()
+    if scaler:
+        scaler.unscale_(optimizers[0])
+    torch.nn.utils.clip_grad_norm_(list(model[0].parameters()), max_norms[0])
+    scaler.step(optimizers[0]) if scaler else optimizers[0].step()
+    if scaler:
+        scaler.update()
+    return loss.item()
+
+
+def returns_the_tensor(model, optimizers, max_norms, scaler, x, y, dtype):
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=dtype):
+        loss = F.mse_loss(model(x), y)
+    (scaler.scale(loss) if scaler else loss).backward()
+    for optimizer, max_norm in zip(optimizers, max_norms):
+        if scaler:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
+        scaler.step(optimizer) if scaler else optimizer.step()
+    if scaler:
+        scaler.update()
+    return loss
+
+
+def changes_lr(model, optimizers, max_norms, scaler, x, y, dtype):
+    for optimizer in optimizers:  # "a smaller lr for fp16"
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * (0.5 if dtype == torch.float16 else 1.0)
+    return ch08.reference_two_optimizer_step(model, optimizers, max_norms, scaler, x, y, dtype)
+
+
+WRONG_TWO = {
+    "clip before unscale_": (ch08._wrong_step(clip_first=True), "ran on the *scaled* gradients"),
+    "only the first optimizer unscaled": (ch08._wrong_step(unscale_first_only=True), "only the first optimizer was unscaled"),
+    "update after every step": (ch08._wrong_step(update_each=True), "scaler.update() ran after every scaler.step"),
+    "optimizer.step": (ch08._wrong_step(optimizer_step=True), "optimizer.step() applies inf/NaN"),
+    "one clip for all": (ch08._wrong_step(one_clip=True), "one clip over all parameters"),
+    "stale gradients": (ch08._wrong_step(no_zero_grad=True), "started from stale gradients"),
+    "returns the scaled loss": (ch08._wrong_step(scaled_loss=True), "returned the *scaled* loss"),
+    "backward inside autocast": (ch08._wrong_step(backward_in_autocast=True), "ran backward inside the autocast region"),
+    "always fp16": (ch08._wrong_step(fp16_always=True), "but the step asked for torch.bfloat16"),
+    "model.to(dtype) instead of autocast": (model_cast_instead_of_autocast, "outside autocast"),
+    "forgets the second optimizer": (forgets_the_second_optimizer, "a different set of optimizer steps ran"),
+    "returns a tensor": (returns_the_tensor, "as a Python float"),
+    "changes the learning rate": (changes_lr, "changed an optimizer's settings"),
+    "not implemented": (not_implemented, "NotImplementedError"),
+    "no model call": (lambda *a: 0.0, "never called the model"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_TWO)
+def test_wrong_two_optimizer_steps_are_rejected_with_their_hint(name):
+    answer, hint = WRONG_TWO[name]
+    with pytest.raises(ExerciseError, match=re.escape(hint)):
+        check_two_optimizer_step(answer)
+
+
+def test_two_optimizer_cases_exercise_both_clip_regimes_and_a_lone_overflow():
+    # every case clips one part (max_norm below its ‖g‖) and not the other (above ‖g‖, below S·‖g‖)
+    for _, seed, dtype, steps, ratios, init_scale, _, overflow_at in ch08._TWO_OPTIMIZER_CASES:
+        assert min(ratios) < 1 < max(ratios) and (init_scale is None or max(ratios) < init_scale)
+    ref = ch08._run_two(ch08.reference_two_optimizer_step, ch08._TWO_OPTIMIZER_CASES[1], learner=False)
+    assert ref["steps"] == [[1, 1], [1, 0], [1, 1]]  # on the overflow the first optimizer still steps
+    assert ref["scales"] == [512.0, 256.0, 512.0]
+
+
+# ---- exercise 3: Adam's first update with the clip bug ---------------------------------------
+
+
+def adam_closed_form(grad, scale, max_norm, lr, eps, clip_before_unscale):
+    norm = float(grad.norm()) * (scale if clip_before_unscale else 1.0)
+    g = grad * min(1.0, max_norm / (norm + 1e-6))
+    return -lr * g / (g.abs() + eps)
+
+
+def adam_by_the_book(grad, scale, max_norm, lr, eps, clip_before_unscale, betas=(0.9, 0.999)):
+    g = grad * scale if clip_before_unscale else grad.clone()
+    total = torch.linalg.vector_norm(g)
+    g = g * torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    if clip_before_unscale:
+        g = g / scale
+    m = (1 - betas[0]) * g
+    v = (1 - betas[1]) * g * g
+    m_hat, v_hat = m / (1 - betas[0]), v / (1 - betas[1])
+    return -lr * m_hat / (v_hat.sqrt() + eps)
+
+
+def adam_with_real_clip(grad, scale, max_norm, lr, eps, clip_before_unscale):
+    p = torch.nn.Parameter(torch.zeros_like(grad))
+    p.grad = grad * (scale if clip_before_unscale else 1.0)
+    torch.nn.utils.clip_grad_norm_([p], max_norm)
+    g = p.grad / (scale if clip_before_unscale else 1.0)
+    return -lr * g / (g.abs() + eps)
+
+
+CORRECT_ADAM = {"closed form": adam_closed_form, "by the book": adam_by_the_book, "real clip, Adam by hand": adam_with_real_clip}
+
+
+@pytest.mark.parametrize("name", CORRECT_ADAM)
+def test_correct_adam_updates_pass(name, capsys):
+    check_adam_first_update(CORRECT_ADAM[name])
+    assert capsys.readouterr().out.startswith("✓ adam_first_update")
+
+
+def with_torch_adam(grad, scale, max_norm, lr, eps, clip_before_unscale):
+    p = torch.nn.Parameter(torch.zeros_like(grad))
+    p.grad = adam_with_real_clip(grad, scale, max_norm, 1.0, 0.0, clip_before_unscale)
+    torch.optim.Adam([p], lr=lr, eps=eps).step()
+    return p.detach()
+
+
+def _mistake(start):
+    return next(f for hint, f in ch08.ADAM_MISTAKES.items() if hint.startswith(start))
+
+
+WRONG_ADAM = {
+    "SGD update": (_mistake("that is an SGD update"), "that is an SGD update"),
+    "ignores the order": (_mistake("you ignored clip_before_unscale"), "you ignored clip_before_unscale"),
+    "no bias correction": (_mistake("the bias corrections"), "the bias corrections are missing"),
+    "eps inside the sqrt": (_mistake("ε is added after"), "ε is added after the square root"),
+    "sign flipped": (_mistake("the sign is flipped"), "the sign is flipped"),
+    "no eps": (_mistake("ε is missing"), "ε is missing"),
+    "bug = g / S": (_mistake("the bug's gradient is not simply"), "the bug's gradient is not simply g/S"),
+    "never unscaled": (_mistake("the scaled gradient was never divided"), "never divided by S"),
+    "torch.optim.Adam does it": (with_torch_adam, "by hand"),
+    "lost dtype": (lambda *a: adam_closed_form(*a).double(), "Dtype"),
+    "in place": (lambda g, *a: g.mul_(1.0).copy_(adam_closed_form(g, *a)), "changed its input in place"),
+    "not implemented": (not_implemented, "NotImplementedError"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_ADAM)
+def test_wrong_adam_updates_are_rejected_with_their_hint(name):
+    answer, hint = WRONG_ADAM[name]
+    with pytest.raises(ExerciseError, match=re.escape(hint)):
+        check_adam_first_update(answer)
+
+
+def test_adam_cases_put_the_bugs_gradient_on_both_sides_of_eps():
+    # some shrunk elements far above ε, some below: else ε (and the size effect) would not be tested
+    for case in ch08._adam_cases():
+        grad, scale, max_norm, lr, eps, bug = case.args
+        if bug and scale * float(grad.double().norm()) > max_norm:
+            used = ch08._used(grad.double(), scale, max_norm, True).abs()
+            assert used.max() > 10 * eps and used.min() < eps / 10, case.label
+    assert torch.optim.Optimizer.__init__.__name__ == "__init__"  # the checker restored torch.optim
+
+
+def test_the_functional_adam_is_refused_too():
+    adam = __import__("importlib").import_module("torch.optim.adam").adam
+
+    def functional(grad, scale, max_norm, lr, eps, clip_before_unscale):
+        g = adam_with_real_clip(grad, scale, max_norm, 1.0, 0.0, clip_before_unscale)
+        p = torch.zeros_like(grad)
+        adam([p], [g], [torch.zeros_like(g)], [torch.zeros_like(g)], [], [torch.tensor(0.0)], amsgrad=False,
+             beta1=0.9, beta2=0.999, lr=lr, weight_decay=0.0, eps=eps, maximize=False)
+        return p
+
+    with pytest.raises(ExerciseError, match="by hand"):
+        check_adam_first_update(functional)

@@ -64,3 +64,20 @@ def test_loader_rejects_files_without_header(tmp_path):
 
 def test_describe_tolerates_missing_fields():
     assert describe({}).startswith("measured on ? (?)")
+
+
+def test_recorded_summary_shows_a_gpu_file_with_its_provenance(tmp_path):
+    # the chapter's "recorded GPU results" path, kept alive by a small synthetic file here (never in the package data)
+    from autogradlab.models.experiments import recorded_summary, run_autocast, run_inplace
+    from autogradlab.models.experiments.common import as_record
+
+    assert recorded_summary("gpu", tmp_path).startswith("No GPU has run these experiments for the course yet")
+    header = {"device": "cuda", "device_name": "NVIDIA Synthetic", "torch": "2.13.0", "date": "2026-03-04T05:06:00+00:00",
+              "command": "python -m autogradlab.models.experiments all --device cuda", "preset": "gpu-large"}
+    results = {"autocast": as_record(run_autocast("cpu")), "inplace": as_record(run_inplace("cpu")), "amp": {"rows": "old format"}}
+    (tmp_path / "gpu_synthetic.json").write_text(json.dumps({"header": header, "results": results}))
+    text = recorded_summary("gpu", tmp_path)
+    first = text.splitlines()[0]
+    assert "gpu_synthetic.json" in first and "measured on NVIDIA Synthetic (cuda)" in first and "2026-03-04 05:06 UTC" in first
+    assert "**autocast**" in text and "| op |" in text and "**inplace**" in text and "| case |" in text
+    assert "a format this version cannot read" in text  # an unreadable record is said so, not a traceback

@@ -321,3 +321,49 @@ def test_outputs_that_feed_each_other_and_repeated_outputs():
     assert [n.name for n in g.outputs] == ["output 0", "output 1", "output 2"]
     assert all(src < dst for src, dst in g.edges)  # still a valid gradient-flow order
     assert len(g.find("ExpBackward0")) == 1 and len(g.find("SumBackward0")) == 1
+
+
+# --- layouts with no single storage: capture degrades, and says why --------------------------
+
+csr_is_beta = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+
+
+@csr_is_beta
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_sparse_leaf_and_saved_sparse_tensor_are_captured_with_a_note(layout):
+    dense = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 2.0], [0.0, 3.0, 0.0], [0.0, 0.0, 0.0]])
+    a = (dense.to_sparse_csr() if layout == "csr" else dense.to_sparse()).requires_grad_()
+    w = torch.randn(3, 2, requires_grad=True)
+    out = (a @ w).sum() if layout == "csr" else torch.sparse.mm(a, w).sum()
+    g = capture(out, params={"a": a, "w": w})  # raised "Cannot access storage of Sparse...TensorImpl"
+    assert sorted(g.params_with_grad()) == ["a", "w"]
+    (leaf_a,) = g.find("a")
+    assert f"sparse {layout.upper()} tensor" in leaf_a.note and g.find("w")[0].note == ""
+    (node, saved), = g.uncounted()
+    # Its own size is its index and value tensors (3 non-zeros), not the 4 x 3 dense size.
+    parts = (a.crow_indices(), a.col_indices(), a.values()) if layout == "csr" else (a._indices(), a._values())
+    assert saved.nbytes == sum(t.numel() * t.element_size() for t in parts) and saved.storage is None
+    assert f"sparse {layout.upper()} tensor" in saved.note and "not in the memory totals" in saved.note
+    assert g.saved_bytes() == 4 * 3 * 2  # only w, counted once
+    assert repr(g).endswith("; 1 not counted)")
+    assert "not in the memory totals" in to_svg(g)  # the saved tensor's tooltip carries the note
+
+
+def test_meta_tensors_have_no_memory_and_do_not_share_one_fake_storage():
+    w = torch.randn(3, 2, device="meta", requires_grad=True)
+    x = torch.randn(4, 3, device="meta")
+    g = capture((x @ w).relu().sum(), params={"w": w})
+    # Every meta storage has data_ptr 0: they used to be counted as one storage of 48 B.
+    assert g.saved_bytes() == 0 and len(g.uncounted()) == 2
+    assert all("meta tensor" in s.note and s.nbytes == 0 for _, s in g.uncounted())
+    assert "meta tensor" in g.find("w")[0].note
+
+
+@pytest.mark.filterwarnings("ignore:.*nested")
+def test_nested_jagged_tensor_is_captured_without_storage_accounting():
+    a = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged, requires_grad=True)
+    w = torch.randn(3, 2, requires_grad=True)
+    g = capture((a @ w).relu().values().sum(), params={"a": a, "w": w})
+    assert sorted(g.params_with_grad()) == ["a", "w"] and "nested tensor" in g.find("a")[0].note
+    assert g.uncounted() and all("nested tensor" in s.note for _, s in g.uncounted())
+    assert g.saved_bytes() == 4 * 3 * 2  # w only

@@ -69,3 +69,11 @@ def test_freed_graph_reports_the_error():
     loss.backward()
     rec = record_backward(loss)
     assert "second time" in rec.error
+
+
+def test_meta_graph_records_the_order_without_gradient_norms():
+    w = torch.randn(3, device="meta", requires_grad=True)
+    rec = record_backward((w.exp() * 2).sum())  # used to fail: a meta gradient has no values to take a norm of
+    assert rec.error is None
+    assert [s.name for s in rec.steps] == ["SumBackward0", "MulBackward0", "ExpBackward0", "AccumulateGrad"]
+    assert all(s.grad_norm is None for s in rec.steps)

@@ -35,17 +35,17 @@ def exercise_notebook():
 
 
 def test_solution_region_becomes_stub_with_indentation():
-    student = student_notebook(exercise_notebook(), "nb")
+    student = student_notebook(exercise_notebook(), "nb", launch=False)
     assert student.cells[2].source == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
 
 
 def test_hidden_tests_are_dropped_and_visible_check_kept():
-    student = student_notebook(exercise_notebook(), "nb")
+    student = student_notebook(exercise_notebook(), "nb", launch=False)
     assert student.cells[3].source == "check(f)"
 
 
 def test_exercise_outputs_cleared_and_tagged_other_outputs_kept():
-    student = student_notebook(exercise_notebook(), "nb")
+    student = student_notebook(exercise_notebook(), "nb", launch=False)
     demo, solution, check = student.cells[1:]
     assert demo.outputs and demo.execution_count == 1 and "tags" not in demo.metadata
     for cell in (solution, check):
@@ -57,13 +57,13 @@ def test_exercise_outputs_cleared_and_tagged_other_outputs_kept():
 def test_source_notebook_is_not_modified():
     nb = exercise_notebook()
     before = nbformat.writes(nb)
-    student_notebook(nb, "nb")
+    student_notebook(nb, "nb", launch=False)
     assert nbformat.writes(nb) == before
 
 
 def test_markdown_solution_cell_gets_answer_stub():
     cell = new_markdown_cell("The answer is 42.", metadata=nbgrader("essay", solution=True))
-    student = student_notebook(new_notebook(cells=[cell]), "nb")
+    student = student_notebook(new_notebook(cells=[cell]), "nb", launch=False)
     assert student.cells[0].source == "YOUR ANSWER HERE"
 
 
@@ -152,7 +152,7 @@ def _predict_notebook():
 
 
 def test_cell_answering_a_prediction_loses_its_output_and_is_not_compared():
-    student = student_notebook(_predict_notebook(), "00_demo.ipynb")
+    student = student_notebook(_predict_notebook(), "00_demo.ipynb", launch=False)
     answer, other = student.cells[1], student.cells[2]
     assert answer.outputs == [] and answer.execution_count is None
     assert "nbval-ignore-output" in answer.metadata["tags"]
@@ -163,4 +163,60 @@ def test_answers_prediction_tag_on_an_exercise_is_an_authoring_error():
     nb = exercise_notebook()
     nb.cells[2].metadata["tags"] = ["answers-prediction"]
     with pytest.raises(ReleaseError, match="answers-prediction"):
-        student_notebook(nb, "00_demo.ipynb")
+        student_notebook(nb, "00_demo.ipynb", launch=False)
+
+
+def test_chapters_get_launch_badges_and_a_setup_cell_that_does_nothing_here(tmp_path):
+    from autogradlab.release.launch import RELEASE_TAG, REPOSITORY, SETUP_TAG, setup_source
+
+    nb = new_notebook(cells=[new_markdown_cell("# 05 · Topic\n\n**The question...**"), new_code_cell("x = 1")])
+    student = student_notebook(nb, "solutions/05_topic.ipynb")
+    title = student.cells[0].source
+    assert title.startswith("# 05 · Topic\n\n[![Open in Colab]") and "**The question...**" in title
+    for host in ("colab.research.google.com", "kaggle.com", "mybinder.org"):
+        assert host in title
+    assert f"{REPOSITORY}/blob/{RELEASE_TAG}/chapters/05_topic.ipynb" in title
+    assert "/HEAD" not in title and "/main" not in title  # a tag, not a moving branch
+    setup = student.cells[1]
+    assert setup.metadata["tags"] == [SETUP_TAG] and setup.source == setup_source()
+    # In an environment that has the package the cell prints nothing and installs nothing.
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    code = TransformerManager().transform_cell(setup.source)
+    out = subprocess.run([sys.executable, "-c", "get_ipython = None\n" + code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "" and out.stderr == ""
+
+
+def test_setup_cell_installs_on_colab_and_explains_elsewhere():
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from autogradlab.release.launch import PACKAGE_SPEC, setup_source
+
+    code = TransformerManager().transform_cell(setup_source())
+    calls = []
+
+    class Shell:
+        def run_line_magic(self, name, line):
+            calls.append((name, line))
+
+    fake_find_spec = "import importlib.util as u; u.find_spec = lambda name: None\n"
+    for env, expect_install in (({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, True), ({}, False)):
+        calls.clear()
+        printed = []
+        namespace = {"get_ipython": Shell, "print": lambda *a: printed.append(" ".join(map(str, a)))}
+        import os
+
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            exec(fake_find_spec + code.replace("get_ipython()", "get_ipython()"), namespace)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            import importlib.util
+
+            importlib.reload(importlib.util)
+        if expect_install:
+            assert calls == [("pip", f'install --quiet "{PACKAGE_SPEC}"')] and not printed
+        else:
+            assert not calls and "make lab" in printed[0]

@@ -14,8 +14,10 @@ from autogradlab.models.token_accumulation import (
     token_batch,
     token_losses,
     token_model,
+    token_weights,
     valid_accum_steps,
 )
+from autogradlab.models.token_accumulation import micro_batch_tokens
 
 
 def test_token_batch_lengths_follow_the_spread():
@@ -96,3 +98,15 @@ def test_valid_k_and_sweep():
     assert [r.accum_steps for r in results] == [1, 2, 3, 4, 6, 12]
     assert [round(r.lr_factor, 6) for r in results] == [1, 2, 3, 4, 6, 12]
     assert set(REDUCTIONS) == {"sum", "mean", "mean (no ÷K)", "token-mean"}
+
+
+def test_token_weights_are_n_over_k_n_k_for_the_plain_mean_and_one_for_the_token_mean():
+    batch = token_batch(n_seqs=12, spread=1.0)
+    counts, n = micro_batch_tokens(batch, 3), batch.tokens
+    assert len(set(counts)) > 1  # unequal micro-batches, or the test could not fail
+    assert token_weights(batch, 3, "mean") == pytest.approx([n / (3 * c) for c in counts], rel=1e-12)
+    assert token_weights(batch, 3, "mean (no ÷K)") == pytest.approx([n / c for c in counts], rel=1e-12)
+    assert token_weights(batch, 3, "token-mean") == [1.0, 1.0, 1.0]
+    assert token_weights(batch, 3, "sum") == pytest.approx([float(n)] * 3)
+    with pytest.raises(ValueError, match="must divide"):
+        token_weights(batch, 5, "mean")

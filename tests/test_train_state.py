@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from autogradlab.models import train_state
 from autogradlab.models.train_state import (
     STATES,
     StepSession,
@@ -171,3 +172,66 @@ def test_setup_without_model_is_a_clear_error():
 
 def test_states_order_is_the_documented_one():
     assert STATES == ("graph", "grad", "param", "optimizer", "mode", "rng")
+
+
+def test_graph_stats_calls_a_saved_tensor_changed_in_place_stale_not_freed():
+    lin = torch.nn.Linear(3, 2).double()
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    loss = lin(x).pow(2).sum()
+    loss.backward(retain_graph=True)
+    assert graph_stats([loss], lin.parameters()).stale == 0
+    with torch.no_grad():
+        lin.weight.add_(1.0)  # what optimizer.step() does: the weight saved by addmm is now stale
+    stats = graph_stats([loss], lin.parameters())
+    assert stats.stale == 1 and stats.freed == 0 and str(stats).endswith(", 1 stale")
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def retain_then_step(model, batch, optimizer, loss_fn):
+    loss = loss_fn(model(batch[0]), batch[1])
+    loss.backward(retain_graph=True)
+    optimizer.step()
+    loss.backward()
+
+
+def test_a_second_backward_after_the_step_fails_on_the_version_check_even_with_retain_graph():
+    session = StepSession(retain_then_step)
+    history = session.run()
+    assert history[2].changed == ["graph", "param", "optimizer"]  # step made a saved weight stale
+    assert "modified by an inplace operation" in session.error
+
+
+def test_resume_experiment_is_exact_only_with_every_part_and_leaves_the_global_rng_alone():
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    report = train_state.resume_experiment(total=8, stop=5)  # stops inside the first epoch
+    assert torch.equal(before, torch.get_rng_state())
+    assert [row.parts for row in report.rows][-1] == train_state.RESUME_PARTS
+    assert [row.exact for row in report.rows] == [False] * 5 + [True]
+    assert report.rows[-1].max_diff == 0.0 and report.rows[-1].scale == report.scale
+    assert report.scaler_changes_nothing
+
+
+def test_the_experiments_checkpoint_loads_twice_exactly():
+    """Training after a load must not change the checkpoint (torch.load makes new tensors each time)."""
+    with torch.random.fork_rng(devices=[]):
+        target = train_state._resume_run(0)
+        train_state._resume_train(target, 9)
+        run = train_state._resume_run(0)
+        train_state._resume_train(run, 7)
+        blob = train_state._save_parts(run, train_state.RESUME_PARTS)
+        finals = []
+        for seed in (1, 2):
+            fresh = train_state._resume_run(seed)
+            train_state._load_parts(blob, fresh)
+            train_state._resume_train(fresh, 2)
+            finals.append(train_state._flat(fresh["model"]))
+    assert all(torch.equal(f, train_state._flat(target["model"])) for f in finals)
+
+
+def test_describe_checkpoint_names_every_part_with_binary_sizes():
+    text = train_state.describe_checkpoint(train_state.resume_experiment(total=3, stop=2).checkpoint)
+    lines = text.splitlines()
+    assert [line.split("|")[0].strip() for line in lines[1:]] == list(train_state.RESUME_PARTS)
+    assert "KiB" in text and " kB" not in text and "no CUDA generator" in text

@@ -31,7 +31,9 @@ def test_jacobian_matches_known_formulas():
     y = torch.softmax(x, 0)
     assert torch.allclose(jacobian(lambda t: torch.softmax(t, 0), [x], 0), torch.diag(y) - torch.outer(y, y))
     X, W = torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
-    assert torch.allclose(jacobian(lambda a, b: a @ b, [X, W], 0), torch.kron(torch.eye(2, dtype=torch.float64), W.T.contiguous()))
+    assert torch.allclose(
+        jacobian(lambda a, b: a @ b, [X, W], 0), torch.kron(torch.eye(2, dtype=torch.float64), W.T.contiguous())
+    )
     r = explore("relu", [(3, 2)])
     assert torch.equal(r.jacobian, torch.diag((r.inputs[0] > 0).double().flatten()))
 
@@ -47,6 +49,14 @@ def test_mean_and_sum_over_a_dim():
     assert torch.allclose(r.vjp_from_autograd, torch.full((2, 3), 0.5, dtype=torch.float64))
     r = explore("sum over a dim", [(2, 3)], dim=-1)
     assert torch.allclose(r.vjp_from_autograd, r.v[:, None].expand(2, 3))
+
+
+def test_softmax_note_states_both_sums_and_both_hold():
+    r = explore("softmax", [(2, 3)], dim=-1)
+    assert r.jacobian.sum(dim=0).abs().max() < 1e-15  # column sums: 1ᵀJ = 0, the VJP of v = ones
+    assert r.jacobian.sum(dim=1).abs().max() < 1e-15  # row sums: J 1 = 0, shift invariance
+    note = OPS["softmax"].note("x")
+    assert "columns sum to 0" in note and "rows sum to 0" in note
 
 
 def test_softmax_with_ones_gives_zero_vjp_and_one_hot_picks_a_row():
@@ -71,7 +81,8 @@ def test_helpers():
 
 
 @pytest.mark.parametrize(
-    "text, shape", [("2, 3", (2, 3)), ("(2,3)", (2, 3)), ("2x3", (2, 3)), ("4", (4,)), ("()", ()), ("", ()), ("[1, 2, 3]", (1, 2, 3))]
+    "text, shape",
+    [("2, 3", (2, 3)), ("(2,3)", (2, 3)), ("2x3", (2, 3)), ("4", (4,)), ("()", ()), ("", ()), ("[1, 2, 3]", (1, 2, 3))],
 )
 def test_parse_shape(text, shape):
     assert parse_shape(text) == shape

@@ -1,4 +1,13 @@
-"""Checkers for chapter 00 (welcome): two warm-up derivatives, checked against autograd."""
+"""Checkers for chapter 00 (welcome): derivatives by hand, checked against autograd.
+
+The chapter works out d/dx [x² sin x] (its check, :func:`check_derivative`, is the
+demo of what a check prints) and the gradient of a plain mean; the exercises ask for
+what the page does not show, SiLU's derivative and the gradient of a masked mean.
+Every learner function runs with autograd out of reach (``no_autograd=True``).
+
+>>> check_silu_derivative(lambda x: torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x))))
+✓ dsilu_dx matches the reference on 5 inputs
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,7 @@ from autogradlab.checks.core import Case, check_function, seeded
 
 
 def f(x: torch.Tensor) -> torch.Tensor:
-    """The warm-up function f(x) = x² · sin(x), applied element-wise."""
+    """The chapter's worked example f(x) = x² · sin(x), applied element-wise."""
     return x**2 * torch.sin(x)
 
 
@@ -30,63 +39,154 @@ def _derivative_cases() -> list[Case]:
 
 
 DERIVATIVE_MISTAKES = {
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).":
-        lambda x: 2 * x * torch.sin(x),
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).":
-        lambda x: x**2 * torch.cos(x),
-    "sign error: d/dx sin(x) = +cos(x), so both terms are added.":
-        lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
-    "power rule: d/dx x² = 2x (you used x).":
-        lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
-    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).":
-        lambda x: 2 * x * torch.cos(x),
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).": lambda x: (
+        2 * x * torch.sin(x)
+    ),
+    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).": lambda x: (
+        x**2 * torch.cos(x)
+    ),
+    "sign error: d/dx sin(x) = +cos(x), so both terms are added.": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+    "power rule: d/dx x² = 2x (you used x).": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
+    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).": lambda x: 2 * x * torch.cos(x),
 }
 
 
 def check_derivative(df_dx) -> None:
-    """Check ``df_dx(x)`` = d/dx [x² sin x], element-wise, against autograd.
+    """Check ``df_dx(x)`` = d/dx [x² sin x], element-wise and by hand, against autograd.
 
     >>> check_derivative(lambda x: 2 * x * torch.sin(x) + x**2 * torch.cos(x))
     ✓ df_dx matches the reference on 4 inputs
     """
-    check_function(df_dx, _autograd_derivative, _derivative_cases(), name="df_dx", mistakes=DERIVATIVE_MISTAKES)
+    check_function(
+        df_dx, _autograd_derivative, _derivative_cases(), name="df_dx", mistakes=DERIVATIVE_MISTAKES, no_autograd=True
+    )
 
 
-def _autograd_grad_of_mean_square(x: torch.Tensor) -> torch.Tensor:
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU (also called swish), x · sigmoid(x), applied element-wise; ``F.silu`` computes the same."""
+    return x * torch.sigmoid(x)
+
+
+def _autograd_silu_derivative(x: torch.Tensor) -> torch.Tensor:
+    # Element-wise function, so the gradient of the sum is the derivative at every element.
     x = x.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad((x**2).mean(), x)
+    (grad,) = torch.autograd.grad(silu(x).sum(), x)
     return grad
 
 
-def _mean_square_cases() -> list[Case]:
-    gen = seeded(1)
-    shapes = [(6,), (4, 3), (2, 5, 3)]
-    cases = []
-    for shape in shapes:
-        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-        n = x.numel()
-        cases.append(Case((x,), f"x of shape {shape}", context={"batch_size": n}))
-    return cases
+def _silu_cases() -> list[Case]:
+    gen = seeded(0)
+    return [
+        Case((torch.tensor([0.0, 1.0, -2.0, 3.5, -6.0], dtype=torch.float64),), "x = [0, 1, -2, 3.5, -6] (float64)"),
+        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 4,), "7 random x in float64"),
+        Case((torch.randn(3, 5, generator=gen) * 4,), "x of shape (3, 5) in float32"),
+        Case(
+            (torch.linspace(-12, 12, 9, dtype=torch.float64).reshape(3, 3).T,),
+            "a transposed (3, 3) view, x from -12 to 12",
+        ),
+        Case((torch.tensor(0.7, dtype=torch.float64),), "a 0-dim x = 0.7"),
+    ]
 
 
-MEAN_SQUARE_MISTAKES = {
-    "the mean divides by the number of elements x.numel(), not by x.shape[0] (the rows).":
-        lambda x: 2 * x / x.shape[0],
-    "d/dx x² = 2x: the factor 2 is missing.":
-        lambda x: x / x.numel(),
+def _sig(x):
+    return torch.sigmoid(x)
+
+
+SILU_MISTAKES = {
+    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).": lambda x: _sig(x),
+    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).": lambda x: (
+        x * _sig(x) * (1 - _sig(x))
+    ),
+    "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).": lambda x: (
+        _sig(x) + x * _sig(x)
+    ),
+    "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.": lambda x: (
+        _sig(x) + x * (1 - _sig(x) ** 2)
+    ),
+    "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².": lambda x: (
+        _sig(x) + x * (1 - _sig(x))
+    ),
+    "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.": lambda x: (
+        _sig(x) - x * _sig(x) * (1 - _sig(x))
+    ),
+    "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.": lambda x: (
+        _sig(x) * (1 - _sig(x))
+    ),
 }
 
 
-def check_grad_of_mean_square(grad_mean_square) -> None:
-    """Check ``grad_mean_square(x)`` = ∂/∂x mean(x²) = 2x / N against autograd.
+def check_silu_derivative(dsilu_dx) -> None:
+    """Check ``dsilu_dx(x)`` = d/dx [x · sigmoid(x)], element-wise and by hand, against autograd.
 
-    >>> check_grad_of_mean_square(lambda x: 2 * x / x.numel())
-    ✓ grad_mean_square matches the reference on 3 inputs
+    >>> check_silu_derivative(lambda x: torch.sigmoid(x) + x * torch.sigmoid(x) * torch.sigmoid(-x))
+    ✓ dsilu_dx matches the reference on 5 inputs
     """
     check_function(
-        grad_mean_square,
-        _autograd_grad_of_mean_square,
-        _mean_square_cases(),
-        name="grad_mean_square",
-        mistakes=MEAN_SQUARE_MISTAKES,
+        dsilu_dx, _autograd_silu_derivative, _silu_cases(), name="dsilu_dx", mistakes=SILU_MISTAKES, no_autograd=True
+    )
+
+
+def _autograd_masked_mean_grad(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    x = x.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad((x[mask] ** 2).mean(), x)
+    return grad
+
+
+def _masked_cases() -> list[Case]:
+    gen = seeded(1)
+    cases = []
+    # Masks keep neither all entries nor one row's worth: a count of N, or of rows, would hide a wrong divisor.
+    for shape, keep, dtype in [
+        ((4, 3), 0.5, torch.float64),
+        ((6,), 0.6, torch.float64),
+        ((2, 5, 3), 0.7, torch.float64),
+        ((5, 4), 0.4, torch.float32),
+    ]:
+        x = torch.randn(*shape, generator=gen, dtype=dtype)
+        mask = torch.rand(*shape, generator=gen) < keep
+        mask.view(-1)[:2] = torch.tensor([True, False])  # at least one kept, one masked
+        count = int(mask.sum())
+        label = f"x of shape {shape}, mask keeping {count} of {x.numel()} ({str(dtype)[6:]})"
+        cases.append(Case((x, mask), label, context={"num_tokens": count}))
+    # A whole row masked out, as padding does to an empty sequence.
+    x = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    mask = torch.tensor([[True, True, False, True], [False] * 4, [True, False, False, False]])
+    cases.append(Case((x, mask), "x of shape (3, 4) with row 1 fully masked (float64)", context={"num_tokens": 5}))
+    return cases
+
+
+def _kept(mask, x):
+    return mask.to(x.dtype)
+
+
+MASKED_MEAN_MISTAKES = {
+    "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().": lambda x, m: (
+        2 * x * _kept(m, x) / x.numel()
+    ),
+    "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.": lambda x, m: (
+        2 * x / m.sum()
+    ),
+    "the mean divides by the number of kept entries, not by x.shape[0] (the rows).": lambda x, m: (
+        2 * x * _kept(m, x) / x.shape[0]
+    ),
+    "d/dx x² = 2x: the factor 2 is missing.": lambda x, m: x * _kept(m, x) / m.sum(),
+    "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.": lambda x, m: (
+        2 * x * _kept(m, x)
+    ),
+}
+
+
+def check_masked_mean_grad(grad_masked_mean) -> None:
+    """Check ``grad_masked_mean(x, mask)`` = ∂/∂x of the mean of x² over the entries where ``mask`` is True, by hand.
+
+    >>> check_masked_mean_grad(lambda x, mask: 2 * x * mask / mask.sum())
+    ✓ grad_masked_mean matches the reference on 5 inputs
+    """
+    check_function(
+        grad_masked_mean,
+        _autograd_masked_mean_grad,
+        _masked_cases(),
+        name="grad_masked_mean",
+        mistakes=MASKED_MEAN_MISTAKES,
+        no_autograd=True,
     )

@@ -1,274 +1,437 @@
-"""Checkers for chapter 02 (the chain rule in tensor form): hand-derived layer gradients vs autograd.
+"""Checkers for chapter 02 (the chain rule in tensor form): layers the learner derives by hand.
 
-Every reference is computed by autograd in the input's dtype. Inputs are
-non-square (a transposed factor cannot slip through), include batch 1 and
-size-1 feature dims, and are drawn from several seeds.
+The chapter derives the linear layer and a tanh MLP in full; the exercises ask for
+three layers it does not show: an embedding lookup with repeated indices, a
+numerically stable softmax cross-entropy, and LayerNorm. Every reference is
+computed by autograd in the input's dtype; every learner function runs with
+autograd out of reach (``no_autograd=True``), on non-square shapes, batches larger
+than one and several seeds, with the edges each exercise names.
 
->>> check_linear_backward(lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum(0)))
-✓ linear_backward matches the reference on 6 inputs (outputs dX, dW, db)
+>>> check_embedding_backward(lambda idx, weight, G: torch.zeros_like(weight).index_add_(
+...     0, idx.reshape(-1), G.reshape(-1, weight.shape[1])))
+✓ embedding_backward matches the reference on 5 inputs
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import Case, check_function, check_function_outputs, seeded
-
-# --------------------------------------------------------------------------- linear layer
+from autogradlab.checks.core import Case, ExerciseError, check_function, check_function_outputs, seeded
 
 
-def _linear_reference(X, W, b, G):
-    X, W, b = (t.detach().requires_grad_(True) for t in (X, W, b))
-    return torch.autograd.grad(X @ W + b, (X, W, b), G)
+class OffLimits(RuntimeError):
+    """A learner's function called a library routine that does the exercise's work for it."""
 
 
-def _linear_cases() -> list[Case]:
+@contextlib.contextmanager
+def _off_limits(routines: tuple, why: str) -> Iterator[None]:
+    """Make each ``(owner, attribute)`` in ``routines`` raise :class:`OffLimits` while the block runs."""
+    saved = []
+
+    def refuse(shown: str) -> Callable:
+        def call(*args, **kwargs):
+            raise OffLimits(f"`{shown}` is off limits in this exercise: {why}")
+
+        return call
+
+    try:
+        for owner, attr, shown in routines:
+            # Tensor methods live on a C base class: restore by deleting the override, not by setattr.
+            own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
+            saved.append((owner, attr, own))
+            setattr(owner, attr, refuse(shown))
+        yield
+    finally:
+        for owner, attr, own in reversed(saved):
+            if own is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, own)
+
+
+_MISSING = object()
+
+
+def _guarded(fn, routines: tuple, why: str):
+    """``fn`` with ``routines`` off limits during each call (a non-callable is passed on for the checker to report)."""
+    if not callable(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def guarded(*args):
+        with _off_limits(routines, why):
+            return fn(*args)
+
+    return guarded
+
+
+def _add_hint(error: ExerciseError, hint: str | None) -> ExerciseError:
+    """``error`` with ``hint`` added when the learner's own code raised (a shape error, typically),
+    but not when it called an off-limits routine: that message already says what to do."""
+    message = str(error)
+    if hint and " raised " in message and "OffLimits" not in message:
+        return ExerciseError(f"{message}\nHint: {hint}")
+    return ExerciseError(message)
+
+
+# aten's own backward kernels compute these exercises' answers in one call.
+_ATEN_BACKWARDS = tuple(
+    (torch.ops.aten, name, f"torch.ops.aten.{name}")
+    for name in (
+        "embedding_backward",
+        "embedding_dense_backward",
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "native_layer_norm_backward",
+    )
+)
+
+# --------------------------------------------------------------------------- embedding lookup
+
+
+def _embedding_reference(idx, weight, G):
+    weight = weight.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.embedding(idx, weight), weight, G)
+    return grad
+
+
+def _embedding_cases() -> list[Case]:
     cases = []
-    # (N, D, E, dtype, seed): non-square everywhere, then batch 1, then one output feature.
-    for n, d, e, dtype, seed in [
-        (5, 3, 4, torch.float64, 0),
-        (7, 2, 6, torch.float64, 1),
-        (1, 3, 2, torch.float64, 2),
-        (6, 4, 1, torch.float64, 3),
-        (3, 5, 2, torch.float64, 4),
-        (4, 6, 3, torch.float32, 5),
+    # (idx shape, V, D, dtype, seed): every case repeats some indices and leaves some rows unused.
+    for shape, vocab, dim, dtype, seed in [
+        ((3, 5), 7, 4, torch.float64, 40),
+        ((4, 6), 10, 3, torch.float64, 41),
+        ((9,), 6, 5, torch.float64, 42),
+        ((2, 3, 4), 9, 2, torch.float64, 43),
+        ((2, 7), 8, 3, torch.float32, 44),
     ]:
         gen = seeded(seed)
-        X = torch.randn(n, d, generator=gen, dtype=dtype)
-        W = torch.randn(d, e, generator=gen, dtype=dtype)
-        b = torch.randn(e, generator=gen, dtype=dtype)
-        G = torch.randn(n, e, generator=gen, dtype=dtype)
-        label = f"X {tuple(X.shape)}, W {tuple(W.shape)}, b {tuple(b.shape)}, G {tuple(G.shape)} ({str(dtype)[6:]})"
-        cases.append(Case((X, W, b, G), label, context={"batch_size": n}))
+        idx = torch.randint(0, vocab - 2, shape, generator=gen)  # the last two rows are never looked up
+        idx.view(-1)[:3] = idx.view(-1)[0]  # the same token three times, at least
+        weight = torch.randn(vocab, dim, generator=gen, dtype=dtype)
+        G = torch.randn(*shape, dim, generator=gen, dtype=dtype)
+        label = f"idx {tuple(shape)} with repeats, weight {(vocab, dim)}, G {tuple(G.shape)} ({str(dtype)[6:]})"
+        cases.append(Case((idx, weight, G), label, context={"num_tokens": idx.numel()}))
     return cases
 
 
-LINEAR_SHAPES = (
-    "reason with shapes: dX has X's shape (N, D), dW has W's shape (D, E), db has b's shape (E,). "
-    "From X (N, D), W (D, E) and G (N, E) exactly one product gives each shape: dX = G Wᵀ, dW = Xᵀ G."
-)
+def _scatter(idx, weight, G, *, accumulate=True, average=False):
+    flat, rows = idx.reshape(-1), G.reshape(-1, weight.shape[1])
+    out = torch.zeros_like(weight).index_put_((flat,), rows, accumulate=accumulate)
+    if average:
+        counts = torch.bincount(flat, minlength=weight.shape[0]).clamp_min(1).to(weight.dtype)
+        out = out / counts[:, None]
+    return out
 
-LINEAR_MISTAKES = {
-    "db is a mean over the batch: b is added to every row, so its gradient is the SUM of G's rows, G.sum(0).":
-        lambda X, W, b, G: (G @ W.T, X.T @ G, G.mean(0)),
-    "db summed over the features (dim 1): b has one entry per output feature, so sum over the batch, dim 0.":
-        lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum(1)),
-    "dW was divided by the batch size: G already carries any 1/N of the loss, so dW = Xᵀ G with no extra factor.":
-        lambda X, W, b, G: (G @ W.T, X.T @ G / X.shape[0], G.sum(0)),
+
+EMBEDDING_MISTAKES = {
+    "repeated indices overwrite each other: `dW[idx] = G` (and `dW[idx] += G`) keeps ONE of the rows "
+    "that share an index. Every lookup of a token adds its gradient: use `index_add_`, `index_put_(..., "
+    "accumulate=True)` or a one-hot matmul.": lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
+    "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.": lambda idx, weight, G: (
+        _scatter(idx, weight, G, average=True)
+    ),
+    "every row got the gradient of every position: row v only receives G at the positions where idx == v.": lambda idx, weight, G: (
+        G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone()
+    ),
+    "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).": lambda idx, weight, G: (
+        _scatter(idx, weight, G) / idx.numel()
+    ),
 }
 
+EMBEDDING_SHAPES = (
+    "flatten first: idx.reshape(-1) has K = idx.numel() entries and G.reshape(-1, D) has K rows; "
+    "row k of G belongs to row idx[k] of the weight, whose gradient has the weight's shape (V, D)."
+)
 
-def check_linear_backward(linear_backward) -> None:
-    """Check ``linear_backward(X, W, b, G) -> (dX, dW, db)`` for ``Y = X @ W + b`` with upstream ``G = ∂L/∂Y``.
 
-    >>> check_linear_backward(lambda X, W, b, G: (G @ W.T, X.T @ G, G.sum(0)))
-    ✓ linear_backward matches the reference on 6 inputs (outputs dX, dW, db)
+def check_embedding_backward(embedding_backward) -> None:
+    """Check ``embedding_backward(idx, weight, G) -> dW`` for ``Y = weight[idx]`` (``F.embedding``), by hand.
+
+    >>> check_embedding_backward(lambda idx, weight, G: F.one_hot(idx.reshape(-1), weight.shape[0]).to(G.dtype).T
+    ...                          @ G.reshape(-1, weight.shape[1]))
+    ✓ embedding_backward matches the reference on 5 inputs
     """
-    check_function_outputs(
-        linear_backward,
-        _linear_reference,
-        _linear_cases(),
-        name="linear_backward",
-        outputs=("dX", "dW", "db"),
-        mistakes=LINEAR_MISTAKES,
-        error_hint=LINEAR_SHAPES,
-    )
+    try:
+        check_function(
+            _guarded(embedding_backward, _ATEN_BACKWARDS, "derive the gradient with indexing and sums"),
+            _embedding_reference,
+            _embedding_cases(),
+            name="embedding_backward",
+            mistakes=EMBEDDING_MISTAKES,
+            no_autograd=True,
+        )
+    except ExerciseError as error:
+        raise _add_hint(error, EMBEDDING_SHAPES) from None
 
 
-# --------------------------------------------------------------------------- cross-entropy
+# --------------------------------------------------------------------------- softmax cross-entropy
+
+_SOFTMAX_ROUTINES = (
+    *((torch, f, f"torch.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
+    *((torch.special, f, f"torch.special.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
+    *((F, f, f"F.{f}") for f in ("softmax", "log_softmax", "cross_entropy", "nll_loss")),
+    *((torch.Tensor, f, f"Tensor.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
+    *_ATEN_BACKWARDS,
+)
+_SOFTMAX_WHY = "build the softmax and its log from exp, log, max and sum yourself"
 
 
 def _cross_entropy_reference(z, y):
     z = z.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad(F.cross_entropy(z, y), z)
-    return grad
+    loss = F.cross_entropy(z, y)
+    (grad,) = torch.autograd.grad(loss, z)
+    return loss.detach(), grad
 
 
 def _cross_entropy_cases() -> list[Case]:
     cases = []
-    for b, c, dtype, seed in [(4, 3, torch.float64, 10), (1, 5, torch.float64, 11), (6, 2, torch.float64, 12),
-                              (5, 7, torch.float32, 13)]:
-        gen = seeded(seed)
-        z = torch.randn(b, c, generator=gen, dtype=dtype) * 2
-        y = torch.randint(0, c, (b,), generator=gen)
-        cases.append(Case((z, y), f"logits z {(b, c)}, targets y {(b,)} ({str(dtype)[6:]})", context={"batch_size": b}))
-    return cases
+    gen = seeded(50)
+    z = torch.randn(5, 3, generator=gen, dtype=torch.float64) * 2
+    cases.append(Case((z, torch.tensor([0, 2, 1, 2, 0])), "logits (5, 3) of moderate size (float64)"))
+    # Rows with very different ranges: ordinary, ×1000, around +1000, around −1000, and a target far below its row's max.
+    z = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    z[1] *= 1000
+    z[2] += 1000
+    z[3] -= 1000
+    z[4] = torch.tensor([1000.0, -1000.0, 0.0, 3.0], dtype=torch.float64)
+    y = torch.tensor([1, int(z[1].argmin()), 0, 3, 1])
+    cases.append(
+        Case((z, y), "logits (5, 4): rows ordinary, ×1000, near +1000, near −1000, [1000, −1000, 0, 3] (float64)")
+    )
+    z = torch.randn(6, 10, generator=gen) * 100  # exp(89) already overflows float32
+    z[0, :4] = z[0].max()  # a tie for the row's max
+    y = torch.randint(0, 10, (6,), generator=gen)
+    cases.append(Case((z, y), "logits (6, 10) of size ±300, with a tie for the max (float32)"))
+    z = torch.randn(7, 5, generator=gen) - 50
+    cases.append(Case((z, torch.randint(0, 5, (7,), generator=gen)), "logits (7, 5) near −50 (float32)"))
+    return [Case(c.args, c.label, context={"batch_size": c.args[0].shape[0]}) for c in cases]
 
 
-def _one_hot(z, y):
-    return F.one_hot(y, z.shape[1]).to(z.dtype)
+def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=True, softmax_dim=1):
+    """(loss, dz) of softmax cross-entropy, right by default; the options build the usual wrong forms."""
+    m = {"row": z.amax(softmax_dim, keepdim=True), "global": z.max(), "none": torch.zeros((), dtype=z.dtype)}[shift]
+    e = torch.exp(z - m)
+    s = e.sum(softmax_dim, keepdim=True)
+    p = e / s
+    rows = torch.arange(len(y))
+    log_p = torch.log(p) if log_of_softmax else z - m - torch.log(s)
+    scale = len(z) if mean else 1
+    target = F.one_hot(y, z.shape[1]).to(z.dtype) if onehot else 0
+    return -log_p[rows, y].sum() / scale, (p - target) / scale
 
 
 CROSS_ENTROPY_MISTAKES = {
-    "cross_entropy averages over the batch: divide (softmax(z) − onehot(y)) by B = z.shape[0].":
-        lambda z, y: torch.softmax(z, 1) - _one_hot(z, y),
-    "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().":
-        lambda z, y: (torch.softmax(z, 1) - _one_hot(z, y)) / z.numel(),
-    "the softmax is missing: ∂L/∂z = (softmax(z) − onehot(y)) / B, not (z − onehot(y)) / B.":
-        lambda z, y: (z - _one_hot(z, y)) / z.shape[0],
-    "the one-hot term is missing: the target class gets softmax(z) − 1.":
-        lambda z, y: torch.softmax(z, 1) / z.shape[0],
-    "softmax over the wrong dim: the classes are dim 1 (each row sums to 1).":
-        lambda z, y: (torch.softmax(z, 0) - _one_hot(z, y)) / z.shape[0],
+    "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).": lambda z, y: (
+        _softmax_ce(z, y, mean=False)
+    ),
+    "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.": lambda z, y: (
+        _softmax_ce(z, y, onehot=False)
+    ),
+    "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.": lambda z, y: (
+        _softmax_ce(z, y, softmax_dim=0)
+    ),
+    "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().": lambda z, y: (
+        _softmax_ce(z, y)[0],
+        _softmax_ce(z, y)[1] / z.shape[1],
+    ),
 }
 
 
-def check_cross_entropy_grad(cross_entropy_grad) -> None:
-    """Check ``cross_entropy_grad(z, y)`` = ∂/∂z F.cross_entropy(z, y) (mean over the batch).
-
-    >>> check_cross_entropy_grad(lambda z, y: (torch.softmax(z, 1) - F.one_hot(y, z.shape[1]).to(z.dtype)) / len(z))
-    ✓ cross_entropy_grad matches the reference on 4 inputs
-    """
-    check_function(
-        cross_entropy_grad,
-        _cross_entropy_reference,
-        _cross_entropy_cases(),
-        name="cross_entropy_grad",
-        mistakes=CROSS_ENTROPY_MISTAKES,
+def _overflow_hint(args, got) -> str:
+    """Name the instability behind an inf/NaN, trying the usual unstable forms on the same input."""
+    forms = {
+        "exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so "
+        "subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.": {
+            "shift": "none"
+        },
+        "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to "
+        "a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).": {
+            "shift": "global"
+        },
+        "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the "
+        "log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).": {"log_of_softmax": True},
+    }
+    for hint, options in forms.items():
+        wrong = _softmax_ce(*args, **options)
+        if all(
+            isinstance(g, torch.Tensor)
+            and g.shape == w.shape
+            and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-6, equal_nan=True)
+            for g, w in zip(got, wrong)
+        ):
+            return hint
+    return (
+        "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
+        "and never take the log of a softmax that can underflow."
     )
 
 
-# --------------------------------------------------------------------------- two-layer MLP
+def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
+    """Check ``softmax_cross_entropy(z, y) -> (loss, dz)`` = ``F.cross_entropy(z, y)`` and its gradient, by hand.
+
+    Rows with very different ranges (logits near ±1000) are part of every check,
+    and the library's softmax, log-softmax and log-sum-exp are off limits.
+
+    >>> def stable(z, y):
+    ...     m = z.amax(1, keepdim=True)
+    ...     e = (z - m).exp()
+    ...     s = e.sum(1, keepdim=True)
+    ...     rows = torch.arange(len(y))
+    ...     loss = (m[:, 0] + s[:, 0].log() - z[rows, y]).mean()
+    ...     return loss, (e / s - F.one_hot(y, z.shape[1]).to(z.dtype)) / len(z)
+    >>> check_softmax_cross_entropy(stable)
+    ✓ softmax_cross_entropy matches the reference on 4 inputs (outputs loss, dz)
+    """
+    last: dict = {}
+    guarded = _guarded(softmax_cross_entropy, _SOFTMAX_ROUTINES, _SOFTMAX_WHY)
+    if callable(guarded):
+        inner = guarded
+
+        def guarded(*args):
+            last["args"] = args
+            last["got"] = inner(*args)
+            return last["got"]
+
+    try:
+        check_function_outputs(
+            guarded,
+            _cross_entropy_reference,
+            _cross_entropy_cases(),
+            name="softmax_cross_entropy",
+            outputs=("loss", "dz"),
+            mistakes=CROSS_ENTROPY_MISTAKES,
+            no_autograd=True,
+        )
+    except ExerciseError as error:
+        if "inf or NaN" in str(error) and isinstance(last.get("got"), (tuple, list)) and len(last["got"]) == 2:
+            raise ExerciseError(f"{error}\nHint: {_overflow_hint(last['args'], last['got'])}") from None
+        raise
 
 
-def mlp_loss(x, W1, b1, W2, b2, y):
-    """The chapter's MLP: h = tanh(x W1 + b1), z = h W2 + b2, L = cross_entropy(z, y) (mean over the batch)."""
-    h = torch.tanh(x @ W1 + b1)
-    return F.cross_entropy(h @ W2 + b2, y)
+# --------------------------------------------------------------------------- LayerNorm
 
 
-def _mlp_reference(x, W1, b1, W2, b2, y):
-    params = tuple(t.detach().requires_grad_(True) for t in (W1, b1, W2, b2))
-    return torch.autograd.grad(mlp_loss(x, *params, y), params)
+def _layernorm_reference(x, gamma, beta, G, eps):
+    x, gamma, beta = (t.detach().requires_grad_(True) for t in (x, gamma, beta))
+    y = F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+    return torch.autograd.grad(y, (x, gamma, beta), G)
 
 
-def _mlp_cases() -> list[Case]:
+def _layernorm_cases() -> list[Case]:
     cases = []
-    for b, d, hidden, c, dtype, seed in [
-        (5, 3, 4, 2, torch.float64, 20),
-        (1, 4, 6, 3, torch.float64, 21),
-        (7, 2, 5, 4, torch.float64, 22),
-        (4, 6, 1, 3, torch.float64, 23),
-        (6, 5, 3, 2, torch.float32, 24),
+    # (x shape, eps, dtype, seed); rows are scaled from 1e-3 to 1e2, so eps matters in some rows and not in others.
+    for shape, eps, dtype, seed in [
+        ((3, 4, 5), 1e-5, torch.float64, 60),
+        ((6, 7), 1e-3, torch.float64, 61),
+        ((2, 5, 8), 1e-5, torch.float64, 62),
+        ((4, 3, 6), 1e-5, torch.float32, 63),
     ]:
         gen = seeded(seed)
-        x = torch.randn(b, d, generator=gen, dtype=dtype)
-        W1 = torch.randn(d, hidden, generator=gen, dtype=dtype)
-        b1 = torch.randn(hidden, generator=gen, dtype=dtype) * 0.5
-        W2 = torch.randn(hidden, c, generator=gen, dtype=dtype)
-        b2 = torch.randn(c, generator=gen, dtype=dtype) * 0.5
-        y = torch.randint(0, c, (b,), generator=gen)
-        label = f"x {(b, d)}, W1 {(d, hidden)}, W2 {(hidden, c)}, {c} classes ({str(dtype)[6:]})"
-        cases.append(Case((x, W1, b1, W2, b2, y), label, context={"batch_size": b}))
+        dim = shape[-1]
+        scales = 10.0 ** torch.empty(*shape[:-1], 1, dtype=torch.float64).uniform_(-3, 2, generator=gen)
+        offsets = torch.randn(*shape[:-1], 1, generator=gen, dtype=torch.float64) * scales * 3
+        x = (torch.randn(*shape, generator=gen, dtype=torch.float64) * scales + offsets).to(dtype)
+        gamma = (torch.rand(dim, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
+        beta = torch.randn(dim, generator=gen, dtype=dtype)
+        G = torch.randn(*shape, generator=gen, dtype=dtype)
+        label = f"x {tuple(shape)} with row scales from 1e-3 to 1e2, eps={eps:g} ({str(dtype)[6:]})"
+        cases.append(Case((x, gamma, beta, G, eps), label, context={"batch_size": x[..., 0].numel()}))
     return cases
 
 
-def _mlp_manual(x, W1, b1, W2, b2, y, *, dphi="right", mean=True):
-    a = x @ W1 + b1
-    h = torch.tanh(a)
-    z = h @ W2 + b2
-    G_z = torch.softmax(z, 1) - F.one_hot(y, z.shape[1]).to(z.dtype)
-    if mean:
-        G_z = G_z / x.shape[0]
-    G_h = G_z @ W2.T
-    derivative = {"right": 1 - h**2, "missing": torch.ones_like(h), "of a": 1 - a**2, "at h": 1 - torch.tanh(h) ** 2}
-    G_a = G_h * derivative[dphi]
-    return x.T @ G_a, G_a.sum(0), h.T @ G_z, G_z.sum(0)
+def _layernorm_manual(
+    x,
+    gamma,
+    beta,
+    G,
+    eps,
+    *,
+    mean_term=True,
+    variance_term=True,
+    gamma_in_dx=True,
+    correction=0,
+    eps_at="inside",
+    variance_sign=-1,
+    dgamma="right",
+    dbeta_mean=False,
+):
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, correction=correction)
+    std = {"inside": (var + eps).sqrt(), "none": var.sqrt(), "outside": var.sqrt() + eps}[eps_at]
+    xhat = (x - mu) / std
+    g = G * gamma if gamma_in_dx else G
+    dx = g
+    if mean_term:
+        dx = dx - g.mean(-1, keepdim=True)
+    if variance_term:
+        dx = dx + variance_sign * xhat * (g * xhat).mean(-1, keepdim=True)
+    dx = dx / std
+    lead = tuple(range(x.dim() - 1))
+    dgamma_value = {"right": (G * xhat).sum(lead), "no xhat": G.sum(lead), "dim 0": (G * xhat).sum(0)}[dgamma]
+    dbeta = G.mean(lead) if dbeta_mean else G.sum(lead)
+    return dx, dgamma_value, dbeta
 
 
-MLP_MISTAKES = {
-    "dW1 and db1 miss the factor φ'(a): G_a = G_h ⊙ tanh'(a) = G_h ⊙ (1 − h²).":
-        lambda *args: _mlp_manual(*args, dphi="missing"),
-    "tanh'(a) = 1 − tanh(a)² = 1 − h², not 1 − a²: the derivative is written in terms of the OUTPUT h.":
-        lambda *args: _mlp_manual(*args, dphi="of a"),
-    "you applied tanh' to h (1 − tanh(h)²); it is evaluated at the pre-activation a: 1 − tanh(a)² = 1 − h².":
-        lambda *args: _mlp_manual(*args, dphi="at h"),
-    "cross_entropy averages over the batch: G_z = (softmax(z) − onehot(y)) / B; every gradient here is B× too large.":
-        lambda *args: _mlp_manual(*args, mean=False),
+LAYERNORM_MISTAKES = {
+    "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ "
+    "and add the gradient that flows back along that path.": lambda *a: _layernorm_manual(*a, variance_term=False),
+    "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the "
+    "gradient that flows back through μ.": lambda *a: _layernorm_manual(*a, mean_term=False),
+    "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.": lambda *a: (
+        _layernorm_manual(*a, mean_term=False, variance_term=False)
+    ),
+    "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.": lambda *a: _layernorm_manual(*a, gamma_in_dx=False),
+    "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).": lambda *a: _layernorm_manual(*a, variance_sign=+1),
+    "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
+    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).": lambda *a: _layernorm_manual(*a, correction=1),
+    "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.": lambda *a: _layernorm_manual(
+        *a, eps_at="none"
+    ),
+    "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.": lambda x, gamma, beta, G, eps: (
+        _layernorm_manual(x, gamma, beta, G, 1e-5)
+    ),
+    "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.": lambda *a: _layernorm_manual(
+        *a, eps_at="outside"
+    ),
+    "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).": lambda *a: _layernorm_manual(
+        *a, dgamma="no xhat"
+    ),
+    "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.": lambda *a: (
+        _layernorm_manual(*a, dgamma="dim 0")
+    ),
+    "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.": lambda *a: (
+        _layernorm_manual(*a, dbeta_mean=True)
+    ),
 }
 
-MLP_SHAPES = (
-    "reason with shapes: G_z is (B, C), h is (B, H), W2 is (H, C). dW2 = hᵀ G_z is (H, C); "
-    "G_h = G_z W2ᵀ is (B, H); G_a = G_h ⊙ (1 − h²) is (B, H); dW1 = xᵀ G_a is (D, H)."
+LAYERNORM_SHAPES = (
+    "reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the row); "
+    "dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last."
 )
 
 
-def check_mlp_backward(mlp_backward) -> None:
-    """Check ``mlp_backward(x, W1, b1, W2, b2, y) -> (dW1, db1, dW2, db2)`` for :func:`mlp_loss`.
+def check_layernorm_backward(layernorm_backward) -> None:
+    """Check ``layernorm_backward(x, gamma, beta, G, eps) -> (dx, dgamma, dbeta)`` for ``F.layer_norm`` over the last dim.
 
-    >>> from autogradlab.checks.ch02 import _mlp_manual
-    >>> check_mlp_backward(_mlp_manual)
-    ✓ mlp_backward matches the reference on 5 inputs (outputs dW1, db1, dW2, db2)
+    >>> from autogradlab.checks.ch02 import _layernorm_manual
+    >>> check_layernorm_backward(_layernorm_manual)
+    ✓ layernorm_backward matches the reference on 4 inputs (outputs dx, dgamma, dbeta)
     """
-    check_function_outputs(
-        mlp_backward,
-        _mlp_reference,
-        _mlp_cases(),
-        name="mlp_backward",
-        outputs=("dW1", "db1", "dW2", "db2"),
-        mistakes=MLP_MISTAKES,
-        error_hint=MLP_SHAPES,
-    )
-
-
-# --------------------------------------------------------------------------- batched linear layer
-
-
-def _batched_cases() -> list[Case]:
-    cases = []
-    for b, t, d, e, dtype, seed in [
-        (2, 3, 4, 5, torch.float64, 30),
-        (3, 5, 2, 4, torch.float64, 31),
-        (1, 4, 3, 2, torch.float64, 32),
-        (4, 1, 2, 3, torch.float64, 33),
-        (3, 2, 5, 1, torch.float64, 34),
-        (2, 6, 3, 4, torch.float32, 35),
-    ]:
-        gen = seeded(seed)
-        X = torch.randn(b, t, d, generator=gen, dtype=dtype)
-        W = torch.randn(d, e, generator=gen, dtype=dtype)
-        bias = torch.randn(e, generator=gen, dtype=dtype)
-        G = torch.randn(b, t, e, generator=gen, dtype=dtype)
-        label = f"X {(b, t, d)}, W {(d, e)}, b {(e,)}, G {(b, t, e)} ({str(dtype)[6:]})"
-        cases.append(Case((X, W, bias, G), label, context={"batch_size": b, "num_tokens": b * t}))
-    return cases
-
-
-def _batched_right(X, W, b, G):
-    return G @ W.T, X.reshape(-1, X.shape[-1]).T @ G.reshape(-1, G.shape[-1]), G.sum((0, 1))
-
-
-BATCHED_MISTAKES = {
-    "dW = Xᵀ G per example gives a (B, D, E) stack: W is shared by every example, so sum it over the batch "
-    "(or reshape X to (B·T, D) and G to (B·T, E) first).":
-        lambda X, W, b, G: (G @ W.T, X.transpose(1, 2) @ G, G.sum((0, 1))),
-    "db summed only over the batch dim 0: b is added at every position too, so sum over every non-feature dim, (0, 1).":
-        lambda X, W, b, G: (G @ W.T, _batched_right(X, W, b, G)[1], G.sum(0)),
-    "db summed only over dim 1 (positions): b is shared by every example too, so sum over dims (0, 1).":
-        lambda X, W, b, G: (G @ W.T, _batched_right(X, W, b, G)[1], G.sum(1)),
-    "db is a mean over the B·T positions: the bias is added at each of them, so its gradient is their SUM.":
-        lambda X, W, b, G: (G @ W.T, _batched_right(X, W, b, G)[1], G.mean((0, 1))),
-}
-
-BATCHED_SHAPES = (
-    "reason with shapes: flatten the leading dims, X.reshape(-1, D) is (B·T, D) and G.reshape(-1, E) is (B·T, E); "
-    "then it is the 2-D linear layer: dW = Xᵀ G (D, E), dX = G Wᵀ reshaped back to (B, T, D), db sums over (0, 1)."
-)
-
-
-def check_batched_linear_backward(batched_linear_backward) -> None:
-    """Check ``batched_linear_backward(X, W, b, G) -> (dX, dW, db)`` for ``Y = X @ W + b`` with X of shape (B, T, D).
-
-    >>> check_batched_linear_backward(lambda X, W, b, G: (G @ W.T, torch.einsum("btd,bte->de", X, G), G.sum((0, 1))))
-    ✓ batched_linear_backward matches the reference on 6 inputs (outputs dX, dW, db)
-    """
-    check_function_outputs(
-        batched_linear_backward,
-        _linear_reference,
-        _batched_cases(),
-        name="batched_linear_backward",
-        outputs=("dX", "dW", "db"),
-        mistakes=BATCHED_MISTAKES,
-        error_hint=BATCHED_SHAPES,
-    )
+    try:
+        check_function_outputs(
+            _guarded(layernorm_backward, _ATEN_BACKWARDS, "derive the gradient with tensor operations"),
+            _layernorm_reference,
+            _layernorm_cases(),
+            name="layernorm_backward",
+            outputs=("dx", "dgamma", "dbeta"),
+            mistakes=LAYERNORM_MISTAKES,
+            no_autograd=True,
+        )
+    except ExerciseError as error:
+        raise _add_hint(error, LAYERNORM_SHAPES) from None

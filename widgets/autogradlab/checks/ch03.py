@@ -1,30 +1,208 @@
 """Checkers for chapter 03 (vector-Jacobian products): hand-written VJPs vs autograd, and a Hessian-vector product.
 
-The upstream vectors are random, never all ones: with v = ones the VJP of
-softmax is zero for every formula that keeps the structure, and scale
-mistakes vanish. Reductions are checked over several dims, with size-1 dims
-and float32 as well as float64.
+Each checker holds the contract its exercise states, not only the numbers:
 
->>> check_mean_vjp(lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape) / x_shape[dim])
-✓ mean_vjp matches the reference on 6 inputs
+- The three VJP rules are "by hand": they run with autograd out of reach
+  (``no_autograd=True``), and the built-in that would do the work is refused
+  (``Tensor.sum_to_size`` for the broadcasting add).
+- "Without building J": one input is large enough that a Jacobian (or Hessian)
+  is hundreds of times bigger than any tensor the right answer needs. Every op
+  the learner's function runs is watched (a dispatch mode records the largest
+  tensor it creates and how many ops it runs), and an answer that builds J or H,
+  or loops over its rows, is rejected with the sizes it allocated.
+- The upstream vectors are random, never all ones (with v = ones every softmax
+  rule that is zero there looks right, and scale mistakes vanish); inputs cover
+  several dims, size-1 dims, non-contiguous views, float32 as well as float64.
+
+>>> check_softmax_vjp(lambda y, v, dim: y * v - y * (y * v).sum(dim, keepdim=True))
+✓ softmax_vjp matches the reference on 9 inputs
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from autogradlab.checks.core import Case, check_function, seeded
+from autogradlab.checks.core import (
+    Case,
+    ExerciseError,
+    _autograd_entry_points,
+    call_learner,
+    check_function,
+    compare,
+    passed,
+    seeded,
+)
+from autogradlab.units import format_bytes
+
+# --------------------------------------------------------------------------- shared parts
+
+
+class _Refused(RuntimeError):
+    """Raised when the learner's code calls a tool its exercise rules out."""
+
+
+class _Footprint(TorchDispatchMode):
+    """Watches every op a call runs (forward and backward): how many, and the largest tensor storage created.
+
+    Exceeding a limit sets ``exceeded`` and raises at once, so a loop over the rows
+    of a Hessian stops after the budget instead of running n backward passes.
+    """
+
+    def __init__(self, max_bytes: float = math.inf, max_ops: float = math.inf):
+        super().__init__()
+        self.max_bytes, self.max_ops = max_bytes, max_ops
+        self.ops, self.largest = 0, 0
+        self.exceeded = ""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        if not self.exceeded:
+            if self.largest > self.max_bytes:
+                self.exceeded = "bytes"
+            elif self.ops > self.max_ops:
+                self.exceeded = "ops"
+            if self.exceeded:
+                raise _Refused(f"over the checker's budget ({self.exceeded})")
+        return out
+
+
+@contextlib.contextmanager
+def _refusing(entries: list[tuple[Any, str, str]]) -> Iterator[list[str]]:
+    """Replace each (owner, attribute) by a function that raises; yields the names the learner reached for."""
+    used: list[str] = []
+    saved = []
+
+    def refuse(what: str) -> Callable:
+        def refused(*args, **kwargs):
+            used.append(what)
+            raise _Refused(f"{what} is off limits in this exercise")
+
+        return refused
+
+    try:
+        for owner, attr, what in entries:
+            saved.append((owner, attr, getattr(owner, attr)))
+            setattr(owner, attr, refuse(what))
+        yield used
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+def _bytes_of(args) -> int:
+    return max((t.untyped_storage().nbytes() for t in tree_leaves(args) if isinstance(t, torch.Tensor)), default=0)
+
+
+# An answer needs tensors the size of its inputs and output, a few at a time (an upcast
+# doubles them); a Jacobian of the large case below is n times bigger, n ≥ 128.
+_SIZE_SLACK = 16
+
+
+def _check_no_jacobian(fn, reference, case: Case, name: str, what_not: str, entries=()) -> None:
+    """Run ``fn`` on a large ``case`` by hand; reject it when it allocates a Jacobian-sized tensor or a refused tool.
+
+    Errors the learner's function raises are left for :func:`check_function` to report
+    (with its hint); only the footprint and refused tools are judged here.
+    """
+    needed = max(_bytes_of(case.args), _bytes_of(reference(*case.args)))
+    limit = _SIZE_SLACK * needed
+    mode = _Footprint(max_bytes=limit)
+    with _refusing(list(entries)) as used:
+        try:
+            with mode:
+                call_learner(fn, case.args, name, case.label, no_autograd=True)
+        except ExerciseError:
+            if not (mode.exceeded or used):
+                return
+    if used:
+        raise ExerciseError(f"`{name}` calls {used[0]} for {case.label}.\nHint: {_REFUSED_HINTS[name]}")
+    if mode.exceeded:
+        raise ExerciseError(
+            f"`{name}` built {what_not} for {case.label}: it created a tensor of {format_bytes(mode.largest)}, "
+            f"while its inputs and output take at most {format_bytes(needed)} each.\n"
+            f"Hint: a VJP rule never needs J: {_NO_JACOBIAN_HINTS[name]}"
+        )
+
+
+_REFUSED_HINTS = {
+    "sum_to_shape": "`sum_to_size` is the built-in this exercise asks you to write. Use `sum` over the dims "
+    "along which b was broadcast; compare with `sum_to_size` outside your function if you like.",
+}
+_NO_JACOBIAN_HINTS = {
+    "softmax_vjp": "expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice.",
+    "sum_to_shape": "each entry of b collects the upstream values of the positions it was copied to: a sum.",
+    "mean_vjp": "each input element gets the upstream value of its mean, divided by how many elements were averaged.",
+}
+
+
+def _check(fn, reference, cases, large: Case, *, name, what_not, mistakes, error_hint, refused=()) -> None:
+    """A by-hand VJP checker: first the footprint on the large case, then values on every case."""
+    _check_no_jacobian(fn, reference, large, name, what_not, refused)
+    check_function(
+        _guarded(fn, refused),
+        reference,
+        [*cases, large],
+        name=name,
+        mistakes={hint: _quiet(wrong) for hint, wrong in mistakes.items()},
+        error_hint=error_hint,
+        no_autograd=True,
+    )
+
+
+def _quiet(wrong: Callable) -> Callable:
+    """A typical wrong formula that may crash on some inputs: there it matches nothing."""
+
+    def run(*args):
+        try:
+            return wrong(*args)
+        except Exception:
+            return None
+
+    return run
+
+
+def _guarded(fn, refused) -> Callable:
+    """``fn`` with the refused tools out of reach during its own calls only (the references may use them)."""
+    if not callable(fn) or not refused:
+        return fn
+
+    def guarded(*args):
+        with _refusing(list(refused)):
+            return fn(*args)
+
+    return guarded
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
 
 # --------------------------------------------------------------------------- softmax
 
 
 def _softmax_reference(y, v, dim):
     # softmax(log y) = y because each slice of y sums to 1: recover an input with this output.
-    x = y.log().requires_grad_(True)
+    # Where y underflowed to 0, log y = -inf gives y = 0 back and a zero gradient, as softmax does.
+    x = y.log().detach().requires_grad_(True)
     (grad,) = torch.autograd.grad(torch.softmax(x, dim), x, v)
     return grad
+
+
+def _softmax_case(x: torch.Tensor, dim: int, label: str, seed: int) -> Case:
+    y = torch.softmax(x, dim)
+    v = torch.randn(y.shape, generator=seeded(seed), dtype=x.dtype)
+    return Case((y, v, dim), f"{label}, softmax over dim={dim} ({_dtype_name(x.dtype)})")
 
 
 def _softmax_cases() -> list[Case]:
@@ -37,41 +215,68 @@ def _softmax_cases() -> list[Case]:
         ((5, 1), -1, torch.float64, 4),
         ((3, 4), -1, torch.float32, 5),
     ]:
-        gen = seeded(seed)
-        y = torch.softmax(torch.randn(*shape, generator=gen, dtype=dtype) * 1.5, dim)
-        v = torch.randn(*shape, generator=gen, dtype=dtype)
-        cases.append(Case((y, v, dim), f"y of shape {shape}, softmax over dim={dim} ({str(dtype)[6:]})"))
+        x = torch.randn(*shape, generator=seeded(seed), dtype=dtype) * 1.5
+        cases.append(_softmax_case(x, dim, f"y of shape {shape}", seed + 100))
+    # Rows of very different ranges: the second row is almost one-hot, with entries that underflow to 0.
+    x = torch.randn(2, 5, generator=seeded(6), dtype=torch.float32) * torch.tensor([[1.0], [80.0]])
+    cases.append(_softmax_case(x, -1, "y of shape (2, 5) whose rows have very different ranges", 106))
+    # A transposed view: strides that code using .view() or assuming the last dim is contiguous gets wrong.
+    case = _softmax_case(torch.randn(5, 3, generator=seeded(7), dtype=torch.float64), 0, "", 107)
+    y, v, _ = case.args
+    cases.append(
+        Case(
+            (y.mT, v.mT.contiguous(), 1),
+            "y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)",
+        )
+    )
     return cases
+
+
+def _softmax_large() -> Case:
+    x = torch.randn(2, 1024, generator=seeded(8), dtype=torch.float64)
+    return _softmax_case(x, -1, "y of shape (2, 1024)", 108)
 
 
 SOFTMAX_MISTAKES = {
     "that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: "
-    "subtract y ⊙ (v·y summed over dim).":
-        lambda y, v, dim: y * v,
-    "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.":
-        lambda y, v, dim: y * (v - (v * y).sum()),
-    "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).":
-        lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
-    "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).":
-        lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)),
-    "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).":
-        lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
+    "subtract y times (v · y summed over dim).": lambda y, v, dim: y * v,
+    "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.": lambda y, v, dim: (
+        y * (v - (v * y).sum())
+    ),
+    "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
+        y * (v - (v * y).sum(-1, keepdim=True))
+    ),
+    "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
+        y * (v - (v * y).sum(0, keepdim=True))
+    ),
+    "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).": lambda y, v, dim: (
+        y * (v - v.sum(dim, keepdim=True))
+    ),
+    "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.": lambda y, v, dim: (
+        y * v - (v * y).sum(dim, keepdim=True)
+    ),
+    "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.": lambda y, v, dim: (
+        v - y * (v * y).sum(dim, keepdim=True)
+    ),
 }
 
 
 def check_softmax_vjp(softmax_vjp) -> None:
-    """Check ``softmax_vjp(y, v, dim)`` = vᵀJ for y = softmax(x, dim), computed from y without building J.
+    """Check ``softmax_vjp(y, v, dim)`` = vᵀJ for y = softmax(x, dim), by hand from y, without building J.
 
     >>> check_softmax_vjp(lambda y, v, dim: y * (v - (v * y).sum(dim, keepdim=True)))
-    ✓ softmax_vjp matches the reference on 6 inputs
+    ✓ softmax_vjp matches the reference on 9 inputs
     """
-    check_function(
+    _check(
         softmax_vjp,
         _softmax_reference,
         _softmax_cases(),
+        _softmax_large(),
         name="softmax_vjp",
+        what_not="the Jacobian of each slice",
         mistakes=SOFTMAX_MISTAKES,
-        error_hint="sum with keepdim=True, so the per-slice sum keeps a size-1 dim and broadcasts back against y.",
+        error_hint="work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts "
+        "back against y; .view() fails on a non-contiguous y, reductions over `dim` do not.",
     )
 
 
@@ -85,6 +290,12 @@ def _sum_to_shape_reference(grad, shape):
     return g
 
 
+def _sum_to_shape_case(grad: torch.Tensor, shape: tuple, note: str = "") -> Case:
+    copies = grad.numel() // max(math.prod(shape), 1)
+    label = f"grad of shape {tuple(grad.shape)}{note} → b of shape {shape} ({_dtype_name(grad.dtype)})"
+    return Case((grad, shape), label, context={"batch_size": copies})
+
+
 def _sum_to_shape_cases() -> list[Case]:
     cases = []
     for out_shape, shape, dtype, seed in [
@@ -95,155 +306,393 @@ def _sum_to_shape_cases() -> list[Case]:
         ((2, 3, 4), (), torch.float64, 14),
         ((4, 3), (4, 3), torch.float64, 15),
         ((1, 5), (5,), torch.float64, 16),
-        ((6, 2, 3), (2, 1), torch.float32, 17),
+        ((3, 1, 4), (1, 1, 4), torch.float64, 17),
+        ((2, 3, 4, 5), (3, 1, 1), torch.float64, 18),
+        ((6, 2, 3), (2, 1), torch.float32, 19),
     ]:
-        grad = torch.randn(*out_shape, generator=seeded(seed), dtype=dtype)
-        copies = math.prod(out_shape) // max(math.prod(shape), 1)
-        cases.append(Case((grad, shape), f"grad of shape {out_shape} → b of shape {shape} ({str(dtype)[6:]})",
-                          context={"batch_size": copies}))
+        cases.append(_sum_to_shape_case(torch.randn(*out_shape, generator=seeded(seed), dtype=dtype), shape))
+    grad = torch.randn(4, 3, generator=seeded(20), dtype=torch.float64).mT
+    cases.append(_sum_to_shape_case(grad, (3, 1), ", non-contiguous"))
     return cases
+
+
+def _sum_to_shape_large() -> Case:
+    return _sum_to_shape_case(torch.randn(64, 128, generator=seeded(21), dtype=torch.float64), (128,))
 
 
 def _sum_leading(grad, shape):
     return grad.sum(tuple(range(grad.dim() - len(shape)))) if grad.dim() > len(shape) else grad
 
 
+def _sum_matched_from_the_left(grad, shape):
+    for i, size in enumerate(shape):
+        if size == 1 and grad.shape[i] != 1:
+            grad = grad.sum(i, keepdim=True)
+    while grad.dim() > len(shape):
+        grad = grad.sum(-1)
+    return grad
+
+
 SUM_TO_SHAPE_MISTAKES = {
     "always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast "
-    "(the leading dims b does not have, and its size-1 dims).":
-        lambda grad, shape: grad.sum(0),
+    "(the leading dims b does not have, and its size-1 dims).": lambda grad, shape: grad.sum(0),
     "only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it "
-    "with keepdim=True.":
-        lambda grad, shape: _sum_leading(grad, shape),
-    "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.":
-        lambda grad, shape: grad.sum_to_size(shape) * (math.prod(shape) / grad.numel()),
+    "with keepdim=True.": lambda grad, shape: _sum_leading(grad, shape),
+    "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.": lambda grad, shape: (
+        grad.sum_to_size(shape) * (math.prod(shape) / grad.numel())
+    ),
+    "broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims "
+    "of grad are on the left.": lambda grad, shape: _sum_matched_from_the_left(grad, shape),
+    "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, "
+    "grad is already the answer.": lambda grad, shape: grad.sum(()),
 }
 
 
 def check_sum_to_shape(sum_to_shape) -> None:
-    """Check ``sum_to_shape(grad, shape)``: the VJP of ``x + b`` with respect to a broadcast ``b`` of ``shape``.
+    """Check ``sum_to_shape(grad, shape)``: the VJP of ``x + b`` w.r.t. a broadcast ``b``, by hand, no ``sum_to_size``.
 
-    >>> check_sum_to_shape(lambda grad, shape: grad.sum_to_size(shape))
-    ✓ sum_to_shape matches the reference on 8 inputs
+    >>> def sum_to_shape(grad, shape):
+    ...     lead = grad.dim() - len(shape)
+    ...     dims = [i for i in range(grad.dim()) if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1)]
+    ...     return grad.sum(dims, keepdim=True).reshape(shape) if dims else grad
+    >>> check_sum_to_shape(sum_to_shape)
+    ✓ sum_to_shape matches the reference on 12 inputs
     """
-    check_function(
+    _check(
         sum_to_shape,
         _sum_to_shape_reference,
         _sum_to_shape_cases(),
+        _sum_to_shape_large(),
         name="sum_to_shape",
+        what_not="the Jacobian of the broadcast",
         mistakes=SUM_TO_SHAPE_MISTAKES,
         error_hint="compare shapes from the right: grad's extra leading dims are summed away, "
-                   "and dims where b has size 1 are summed with keepdim=True.",
+        "and dims where b has size 1 are summed with keepdim=True.",
+        refused=[(torch.Tensor, "sum_to_size", "`Tensor.sum_to_size`")],
     )
 
 
-# --------------------------------------------------------------------------- mean over a dim
+# --------------------------------------------------------------------------- mean over dims
 
 
-def _mean_reference(v, x_shape, dim):
-    x = torch.zeros(x_shape, dtype=v.dtype, requires_grad=True)
-    (g,) = torch.autograd.grad(x.mean(dim), x, v)
+def _dims(dim, ndim: int) -> tuple[int, ...]:
+    return tuple(sorted(d % ndim for d in ((dim,) if isinstance(dim, int) else dim)))
+
+
+def _mean_reference(v, x_shape, dim, keepdim):
+    x = torch.zeros(tuple(x_shape), dtype=v.dtype, requires_grad=True)
+    (g,) = torch.autograd.grad(x.mean(dim, keepdim=keepdim), x, v)
     return g
 
 
-def _mean_cases() -> list[Case]:
-    cases = []
-    for x_shape, dim, dtype, seed in [
-        ((4, 3), 0, torch.float64, 20),
-        ((4, 3), 1, torch.float64, 21),
-        ((2, 3, 5), 1, torch.float64, 22),
-        ((2, 3, 5), -1, torch.float64, 23),
-        ((1, 4), 0, torch.float64, 24),
-        ((3, 4), 0, torch.float32, 25),
-    ]:
-        out_shape = tuple(s for i, s in enumerate(x_shape) if i != dim % len(x_shape))
+def _mean_case(x_shape, dim, keepdim, dtype, seed, *, transposed=False) -> Case:
+    dims = _dims(dim, len(x_shape))
+    out_shape = (
+        [1 if i in dims else s for i, s in enumerate(x_shape)]
+        if keepdim
+        else [s for i, s in enumerate(x_shape) if i not in dims]
+    )
+    if transposed:
+        v = torch.randn(*reversed(out_shape), generator=seeded(seed), dtype=dtype).mT
+    else:
         v = torch.randn(*out_shape, generator=seeded(seed), dtype=dtype)
-        cases.append(Case((v, x_shape, dim), f"x of shape {x_shape}, mean over dim={dim} ({str(dtype)[6:]})",
-                          context={"batch_size": x_shape[dim]}))
-    return cases
+    averaged = math.prod(x_shape[d] for d in dims)
+    note = ", v non-contiguous" if transposed else ""
+    label = f"x of shape {tuple(x_shape)}, mean over dim={dim}, keepdim={keepdim}{note} ({_dtype_name(dtype)})"
+    return Case((v, x_shape, dim, keepdim), label, context={"batch_size": averaged})
+
+
+def _mean_cases() -> list[Case]:
+    return [
+        _mean_case((4, 3), 0, False, torch.float64, 20),
+        _mean_case((4, 3), 1, True, torch.float64, 21),
+        _mean_case((2, 3, 5), -1, False, torch.float64, 22),
+        _mean_case((2, 3, 5), (0, 2), False, torch.float64, 23),
+        _mean_case((2, 3, 5, 4), (2, 0), False, torch.float64, 24),
+        _mean_case((2, 3, 5, 4), (-1, 1), True, torch.float64, 25),
+        _mean_case((2, 3, 5, 4), (-3, -1), False, torch.float64, 29),
+        _mean_case((1, 4), 0, False, torch.float64, 26),
+        _mean_case(torch.Size([2, 5, 3]), 1, False, torch.float32, 27, transposed=True),
+    ]
+
+
+def _mean_large() -> Case:
+    return _mean_case((64, 128), 0, False, torch.float64, 28)
+
+
+def _mean_unsqueezed(v, x_shape, dim, keepdim):
+    if not keepdim:
+        for d in _dims(dim, len(x_shape)):
+            v = v.unsqueeze(d)
+    return v
+
+
+def _mean_count(x_shape, dim):
+    return math.prod(x_shape[d] for d in _dims(dim, len(x_shape)))
 
 
 MEAN_MISTAKES = {
-    "x.mean(dim) divides by x_shape[dim], and so does its VJP: each input element gets v / x_shape[dim].":
-        lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape).clone(),
-    "the mean is over `dim` only: divide by x_shape[dim], not by the number of elements of x.":
-        lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape) / math.prod(x_shape),
+    "x.mean(dim) divides by the number of elements it averages, and so does its VJP: each input element gets "
+    "v / (the product of the sizes of the reduced dims).": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)).clone()
+    ),
+    "the mean is over the reduced dims only: divide by the product of their sizes, not by the number of "
+    "elements of x.": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)) / math.prod(x_shape)
+    ),
+    "with several dims, the mean averages over all of them at once: divide by the product of their sizes, "
+    "not by the size of one of them.": lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape))
+        / x_shape[(dim if isinstance(dim, int) else dim[0])]
+    ),
 }
 
 
 def check_mean_vjp(mean_vjp) -> None:
-    """Check ``mean_vjp(v, x_shape, dim)``: the VJP of ``x.mean(dim)`` (no keepdim), shaped like x.
+    """Check ``mean_vjp(v, x_shape, dim, keepdim)``: the VJP of ``x.mean(dim, keepdim)``, by hand, shaped like x.
 
-    >>> check_mean_vjp(lambda v, x_shape, dim: v.unsqueeze(dim).expand(x_shape) / x_shape[dim])
-    ✓ mean_vjp matches the reference on 6 inputs
+    ``dim`` is an int or a tuple of ints (negative allowed), as in ``torch.mean``.
+
+    >>> def mean_vjp(v, x_shape, dim, keepdim):
+    ...     dims = sorted(d % len(x_shape) for d in ((dim,) if isinstance(dim, int) else dim))
+    ...     for d in ([] if keepdim else dims):
+    ...         v = v.unsqueeze(d)
+    ...     return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
+    >>> check_mean_vjp(mean_vjp)
+    ✓ mean_vjp matches the reference on 10 inputs
     """
-    check_function(
+    _check(
         mean_vjp,
         _mean_reference,
         _mean_cases(),
+        _mean_large(),
         name="mean_vjp",
+        what_not="the Jacobian of the mean",
         mistakes=MEAN_MISTAKES,
-        error_hint="v has lost the reduced dim: v.unsqueeze(dim) puts it back with size 1, "
-                   "so it broadcasts (expand) along that dim and nowhere else.",
+        error_hint="with keepdim=False, v has lost the reduced dims: put each back with size 1 (unsqueeze, "
+        "in increasing order of d % x.dim()); with keepdim=True they are already there. Then "
+        "expand to x_shape.",
     )
 
 
 # --------------------------------------------------------------------------- Hessian-vector product
 
 _A = torch.randn(3, 5, generator=seeded(30), dtype=torch.float64)
-
-_HVP_FUNCTIONS = {
-    "f(x) = Σ x·sin(x)": lambda x: (x * torch.sin(x)).sum(),
-    "f(x) = logsumexp(x)": lambda x: torch.logsumexp(x.reshape(-1), 0),
-    "f(x) = Σ tanh(A x)² (A is 3 × 5)": lambda x: (torch.tanh(_A.to(x.dtype) @ x) ** 2).sum(),
-    "f(x) = Σ log Σ exp(x) over rows": lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(),
-}
+_C = torch.tensor([0.5, -2.0], dtype=torch.float64)
 
 
-def _hvp_reference(f, x, v):
-    return torch.func.jvp(torch.func.grad(f), (x,), (v,))[1]
+def _mlp(X, y):
+    def f(W1, b1, W2):
+        return ((torch.tanh(X @ W1 + b1) @ W2).squeeze(-1) - y).pow(2).mean()
+
+    return f
+
+
+_X_SMALL = torch.randn(6, 3, generator=seeded(31), dtype=torch.float64)
+_Y_SMALL = torch.randn(6, generator=seeded(32), dtype=torch.float64)
+_X_LARGE = torch.randn(16, 48, generator=seeded(33), dtype=torch.float64)
+_Y_LARGE = torch.randn(16, generator=seeded(34), dtype=torch.float64)
+
+# label (every term of f), f, parameter shapes, dtype
+_HVP_FUNCTIONS = [
+    ("f(x) = Σ x·sin(x)", lambda x: (x * torch.sin(x)).sum(), [(4,)], torch.float64),
+    ("f(x) = logsumexp(x)", lambda x: torch.logsumexp(x, 0), [(6,)], torch.float64),
+    ("f(x) = Σ tanh(A x)² (A is 3 × 5)", lambda x: (torch.tanh(_A.to(x.dtype) @ x) ** 2).sum(), [(5,)], torch.float32),
+    (
+        "f(X) = Σ_rows logsumexp(X[r]) + Σ X[:, 0:1] ⊙ X (X is 2 × 3)",
+        lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(),
+        [(2, 3)],
+        torch.float64,
+    ),
+    (
+        "f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 3-4-1 MLP on 6 examples",
+        _mlp(_X_SMALL, _Y_SMALL),
+        [(3, 4), (4,), (4, 1)],
+        torch.float64,
+    ),
+    (
+        "f(w, s) = Σ tanh(A w)² + s · c: f is linear in s, so the s-block of H v is zero",
+        lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(),
+        [(5,), (2,)],
+        torch.float64,
+    ),
+]
+_HVP_LARGE = (
+    "f(W1, b1, W2) = mean((tanh(X W1 + b1) W2 − y)²), a 48-40-1 MLP (2,000 parameters)",
+    _mlp(_X_LARGE, _Y_LARGE),
+    [(48, 40), (40,), (40, 1)],
+    torch.float64,
+)
+
+
+def _hvp_reference(f, params, vs):
+    return list(torch.func.jvp(torch.func.grad(lambda ps: f(*ps)), (tuple(params),), (tuple(vs),))[1])
+
+
+def _two_passes(f, params, vs, *, cross_terms=True, create_graph=True):
+    """H v by reverse over reverse: the budget's yardstick, and (with a flag off) two typical mistakes."""
+    ps = [p.detach().requires_grad_(True) for p in params]
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=create_graph)
+    if cross_terms:
+        dot = sum((g * v).sum() for g, v in zip(grads, vs))
+        return list(torch.autograd.grad(dot, ps, materialize_grads=True))
+    return [
+        torch.autograd.grad((g * v).sum(), p, retain_graph=True, materialize_grads=True)[0]
+        if g.requires_grad
+        else torch.zeros_like(p)
+        for g, v, p in zip(grads, vs, ps)
+    ]
+
+
+def _hvp_case(label, f, shapes, dtype, seed) -> Case:
+    gen = seeded(seed)
+    params = [torch.randn(*s, generator=gen, dtype=dtype) for s in shapes]
+    vs = [torch.randn(*s, generator=gen, dtype=dtype) for s in shapes]
+    return Case((f, params, vs), f"{label}, parameter shapes {[tuple(s) for s in shapes]} ({_dtype_name(dtype)})")
 
 
 def _hvp_cases() -> list[Case]:
-    cases = []
-    for (label, f), shape, seed in zip(_HVP_FUNCTIONS.items(), [(4,), (6,), (5,), (2, 3)], [40, 41, 42, 43]):
-        gen = seeded(seed)
-        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-        v = torch.randn(*shape, generator=gen, dtype=torch.float64)
-        cases.append(Case((f, x, v), f"{label}, x of shape {shape}"))
-    return cases
+    return [_hvp_case(*spec, seed) for spec, seed in zip(_HVP_FUNCTIONS, range(40, 40 + len(_HVP_FUNCTIONS)))]
 
 
-def _grad(f, x):
-    x = x.detach().requires_grad_(True)
-    return torch.autograd.grad(f(x), x)[0]
+def _hvp_large() -> Case:
+    return _hvp_case(*_HVP_LARGE, 49)
+
+
+def _grads(f, params):
+    ps = [p.detach().requires_grad_(True) for p in params]
+    return list(torch.autograd.grad(f(*ps), ps, materialize_grads=True))
 
 
 HVP_MISTAKES = {
-    "that is the gradient ∇f(x), not H v: differentiate (∇f(x) · v).sum() with respect to x a second time.":
-        lambda f, x, v: _grad(f, x),
-    "∇f(x) ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: "
-    "differentiate (∇f(x) · v).sum() with respect to x.":
-        lambda f, x, v: _grad(f, x) * v,
+    "that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters "
+    "a second time.": lambda f, params, vs: _grads(f, params),
+    "∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate "
+    "Σᵢ ∇ᵢf · vᵢ with respect to the parameters.": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
+    "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, "
+    "Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.": lambda f, params, vs: (
+        _two_passes(f, params, vs, cross_terms=False)
+    ),
+}
+
+_HVP_SHORTCUTS = [entry for entry in _autograd_entry_points() if entry[1] not in ("backward", "grad")]
+
+_HVP_ERRORS = {
+    "does not require grad": "the first torch.autograd.grad needs create_graph=True: without it the gradients "
+    "are plain tensors with no graph, and they cannot be differentiated again.",
+    "appears to not have been used in the graph": "f is linear in one of the parameters, so its gradient does "
+    "not depend on any parameter and the second pass finds no path to it. "
+    "That zero is real here: pass materialize_grads=True (or "
+    "allow_unused=True and put zeros where you get None).",
+    "backward through the graph a second time": "run the second pass once, on one scalar and all parameters "
+    "together, or keep the graph with retain_graph=True between passes.",
 }
 
 
-def check_hvp(hvp) -> None:
-    """Check ``hvp(f, x, v)`` = ∇²f(x) v, for scalar ``f``, against torch.func (forward-over-reverse).
+def _hvp_failure(error: ExerciseError, mode: _Footprint, used: list[str], label: str, budget: str) -> ExerciseError:
+    if used:
+        return ExerciseError(
+            f"`hvp` calls {used[0]} for {label}.\nHint: this exercise asks for two reverse passes of "
+            "torch.autograd.grad (or backward): torch.func and torch.autograd.functional do it for you."
+        )
+    if mode.exceeded:
+        what = (
+            f"created a tensor of {format_bytes(mode.largest)}"
+            if mode.exceeded == "bytes"
+            else f"ran more than {mode.ops:,} tensor ops"
+        )
+        return ExerciseError(
+            f"`hvp` {what} for {label}; two reverse passes take {budget}.\n"
+            "Hint: H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
+            "Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more."
+        )
+    message = str(error)
+    for symptom, hint in _HVP_ERRORS.items():
+        if symptom in message:
+            return ExerciseError(f"{message}\nHint: {hint}")
+    return error
 
-    >>> def hvp(f, x, v):
-    ...     x = x.detach().requires_grad_(True)
-    ...     (g,) = torch.autograd.grad(f(x), x, create_graph=True)
-    ...     return torch.autograd.grad((g * v).sum(), x)[0]
+
+def check_hvp(hvp) -> None:
+    """Check ``hvp(f, params, vs)`` = H v for a scalar ``f(*params)`` and H its Hessian over all parameters.
+
+    Two reverse passes of torch.autograd.grad; no torch.func or torch.autograd.functional, no
+    Hessian (n × n) and no loop over its rows: a 2,000-parameter case has a budget of ops and bytes
+    set by the double backward itself.
+
+    >>> def hvp(f, params, vs):
+    ...     ps = [p.detach().requires_grad_(True) for p in params]
+    ...     grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    ...     dot = sum((g * v).sum() for g, v in zip(grads, vs))
+    ...     return torch.autograd.grad(dot, ps, materialize_grads=True)
     >>> check_hvp(hvp)
-    ✓ hvp matches the reference on 4 inputs
+    ✓ hvp matches the reference on 7 inputs
     """
-    check_function(
-        hvp,
-        _hvp_reference,
-        _hvp_cases(),
-        name="hvp",
-        mistakes=HVP_MISTAKES,
-        error_hint="the first torch.autograd.grad needs create_graph=True: without it the gradient is a plain "
-                   "tensor with no graph, and it cannot be differentiated again.",
-    )
+    cases = [*_hvp_cases(), _hvp_large()]
+    for case in cases:
+        f, params, vs = case.args
+        expected = _hvp_reference(f, params, vs)
+        yardstick = _Footprint()
+        with yardstick:
+            _two_passes(f, params, vs)
+        # Generous: a few extra passes or flat copies pass; n passes or an n × n tensor (n = 2,000) do not.
+        max_bytes, max_ops = max(8 * yardstick.largest, 64 * 2**10), 4 * yardstick.ops + 200
+        budget = f"{yardstick.ops:,} ops and at most {format_bytes(yardstick.largest)} per tensor"
+        learner_params = [p.clone() for p in params]
+        learner_vs = [v.clone() for v in vs]
+        mode = _Footprint(max_bytes=max_bytes, max_ops=max_ops)
+        with _refusing(_HVP_SHORTCUTS) as used:
+            try:
+                with mode:
+                    got = call_learner(hvp, (f, learner_params, learner_vs), "hvp", case.label)
+            except ExerciseError as error:
+                raise _hvp_failure(error, mode, used, case.label, budget) from None
+        _check_hvp_inputs(params, vs, learner_params, learner_vs, case.label)
+        _compare_blocks(got, expected, f, params, vs, case.label)
+    passed(f"hvp matches the reference on {len(cases)} inputs")
+
+
+def _check_hvp_inputs(params, vs, learner_params, learner_vs, label) -> None:
+    if any(p.requires_grad for p in learner_params):
+        raise ExerciseError(
+            f"`hvp` switched on requires_grad of the tensors it was given, for {label}.\n"
+            "Hint: that changes the caller's parameters; work on copies: p.detach().requires_grad_(True)."
+        )
+    for before, after in zip([*params, *vs], [*learner_params, *learner_vs]):
+        if not torch.equal(before, after.detach()):
+            raise ExerciseError(
+                f"`hvp` changed its input in place for {label}.\n"
+                "Hint: an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor."
+            )
+
+
+def _compare_blocks(got, expected, f, params, vs, label) -> None:
+    if isinstance(got, torch.Tensor) and len(params) > 1:
+        raise ExerciseError(
+            f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.\n"
+            "Hint: return a list with one block of H v per parameter, each shaped like its parameter."
+        )
+    if isinstance(got, torch.Tensor):
+        got = [got]
+    if not isinstance(got, (list, tuple)) or len(got) != len(params):
+        raise ExerciseError(
+            f"`hvp` should return a list of {len(params)} tensor(s) for {label}, one per parameter; "
+            f"it returned {type(got).__name__}{f' of length {len(got)}' if isinstance(got, (list, tuple)) else ''}.\n"
+            "Hint: torch.autograd.grad returns a tuple with one gradient per input: that is the right shape."
+        )
+    wrong = {hint: fn(f, params, vs) for hint, fn in HVP_MISTAKES.items()}
+    for i, (block, reference) in enumerate(zip(got, expected)):
+        if block is None:
+            raise ExerciseError(
+                f"`hvp` returned None for parameter {i} (shape {tuple(params[i].shape)}) for {label}.\n"
+                "Hint: allow_unused=True gives None where the second pass finds no path, here because f is "
+                "linear in that parameter: its block of H v is truly zero, so return zeros "
+                "(materialize_grads=True does that)."
+            )
+        compare(
+            block,
+            reference,
+            what=f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})",
+            label=label,
+            mistakes={hint: values[i] for hint, values in wrong.items()},
+        )

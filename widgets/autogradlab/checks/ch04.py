@@ -1,31 +1,38 @@
 """Checkers for chapter 04 (saved tensors, version counters and memory).
 
-1. ``check_saved_activation_bytes``: predict the bytes an MLP saves for backward
-   (checked against a ``saved_tensors_hooks`` measurement of the real model).
-2. ``check_what_gets_saved``: which tensor each op saves, hence which in-place change
-   breaks backward (checked by running both in-place changes for real).
-3. ``check_scale_parameter``: change a parameter in place the way optimizers do
-   (``torch.no_grad()``, version counter moves), not through ``.data``.
+1. ``check_saved_activation_bytes``: predict, storage by storage, the activations an MLP
+   saves for backward with ReLU, tanh or GELU (checked against a ``saved_tensors_hooks``
+   measurement of the real model).
+2. ``check_inplace_chain``: make a chain of ops in place wherever backward allows it, and
+   nowhere else (gradients checked, in-place ops counted with a dispatch mode).
+3. ``check_ema``: keep an exponential moving average of a model's parameters: a snapshot
+   that shares no memory, updated in place under ``torch.no_grad()`` so version counters move.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
 
-# --- Exercise 1: the saved-activation bytes of an MLP -----------------------------------------
+# --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
 
-def make_mlp(sizes: list[int], dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Sequential:
-    """Linear(sizes[0], sizes[1]) -> ReLU -> ... -> Linear(sizes[-2], sizes[-1]) (no ReLU after the last)."""
+def make_mlp(sizes: list[int], dtype: torch.dtype = torch.float32, seed: int = 0,
+             activation: str = "relu") -> nn.Sequential:
+    """Linear(sizes[0], sizes[1]) -> activation -> ... -> Linear(sizes[-2], sizes[-1]) (none after the last)."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes, sizes[1:])):
         layers.append(nn.Linear(n_in, n_out, dtype=dtype))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
 
 
@@ -34,98 +41,139 @@ def mlp_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model(x).pow(2).mean()
 
 
-def measure_saved_bytes(build, exclude: set[int] = frozenset()) -> tuple[torch.Tensor, int]:
-    """Run ``build()`` under ``saved_tensors_hooks``; return its result and the bytes saved for backward.
+def saved_storages(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, dict[int, int]]:
+    """Run ``build()`` under ``saved_tensors_hooks``; return its result and {storage ptr: bytes} in the order first saved.
 
-    Each storage counts once, with its full size; storages whose ``data_ptr`` is in
-    ``exclude`` (parameters) are left out.
+    Storages whose ``data_ptr`` is in ``exclude`` (parameters) are left out.
     """
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         if storage.data_ptr() not in exclude:
-            storages[storage.data_ptr()] = storage.nbytes()
+            storages.setdefault(storage.data_ptr(), storage.nbytes())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         result = build()
+    return result, storages
+
+
+def measure_saved_bytes(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, int]:
+    """Run ``build()`` under ``saved_tensors_hooks``; return its result and the bytes saved (each storage once)."""
+    result, storages = saved_storages(build, exclude)
     return result, sum(storages.values())
 
 
-def measured_activation_bytes(batch_size: int, sizes: list[int], dtype: torch.dtype) -> int:
-    """Bytes the MLP of ``sizes`` saves for backward on a batch, parameters left out (measured)."""
-    model = make_mlp(sizes, dtype)
+def measured_activation_storages(batch_size: int, sizes: list[int], dtype: torch.dtype, activation: str) -> list[int]:
+    """Bytes of each activation storage the MLP saves for backward, in forward order (measured)."""
+    model = make_mlp(sizes, dtype, activation=activation)
     x = torch.randn(batch_size, sizes[0], dtype=dtype)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    _, saved = measure_saved_bytes(lambda: mlp_loss(model, x), exclude=params)
-    return saved
+    _, storages = saved_storages(lambda: mlp_loss(model, x), exclude=params)
+    return list(storages.values())
 
 
 def _item(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _param_bytes(sizes, dtype) -> int:
-    return sum((a * b + b) * _item(dtype) for a, b in zip(sizes, sizes[1:]))
+def _relu_like(b, s, d):
+    return [b * n * _item(d) for n in s]
 
 
-ACTIVATION_MISTAKES = {
-    "ReLU's output and the next Linear's input are the same tensor (one storage): count it once, not twice.":
-        lambda b, s, d: b * (sum(s) + sum(s[1:-1])) * _item(d),
-    "the first Linear saves its input x too (the weight gradient is xᵀ·g): count the input batch.":
-        lambda b, s, d: b * (sum(s) - s[0]) * _item(d),
-    "the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): count the final output.":
-        lambda b, s, d: b * (sum(s) - s[-1]) * _item(d),
-    "count bytes, not elements: multiply by the element size (x.element_size(): 4 for float32, 8 for "
-    "float64, 2 for bfloat16).":
-        lambda b, s, d: b * sum(s),
-    "the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2 (x.element_size()).":
-        lambda b, s, d: b * sum(s) * 4,
-    "parameters are saved too (addmm keeps Wᵀ), but they exist anyway: leave them out of activation memory.":
-        lambda b, s, d: b * sum(s) * _item(d) + _param_bytes(s, d),
-    "activations are per example: multiply by the batch size.":
-        lambda b, s, d: sum(s) * _item(d),
-}
+def _gelu_like(b, s, d):
+    hidden = [b * n * _item(d) for n in s[1:-1] for _ in (0, 1)]
+    return [b * s[0] * _item(d), *hidden, b * s[-1] * _item(d)]
 
-_ACTIVATION_CASES = [
-    (3, [5, 7, 6, 2], torch.float64),
-    (4, [6, 9, 3], torch.float32),
-    (1, [4, 6, 6, 3], torch.float32),
-    (16, [8, 4], torch.float32),
-    (2, [3, 9, 5, 1], torch.bfloat16),
+
+def _per_activation(b, s, d, a):
+    return (_gelu_like if a == "gelu" else _relu_like)(b, s, d)
+
+
+# (hint, the wrong list a learner with that misconception writes, or None where it does not apply)
+ACTIVATION_MISTAKES = [
+    ("GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU "
+     "every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the "
+     "next Linear saves anyway, so there it is one.",
+     lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None),
+    ("ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's "
+     "input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
+     lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None),
+    ("the first Linear saves its input x too (the weight gradient is xᵀ·g): the input batch is the first storage.",
+     lambda b, s, d, a: _per_activation(b, s, d, a)[1:]),
+    ("the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last "
+     "storage.",
+     lambda b, s, d, a: _per_activation(b, s, d, a)[:-1]),
+    ("count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
+     lambda b, s, d, a: [n // _item(d) for n in _per_activation(b, s, d, a)]),
+    ("the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
+     lambda b, s, d, a: [n // _item(d) * 4 for n in _per_activation(b, s, d, a)] if d != torch.float32 else None),
+    ("activations are per example: multiply by the batch size.",
+     lambda b, s, d, a: [n // b for n in _per_activation(b, s, d, a)] if b != 1 else None),
 ]
 
 
-def check_saved_activation_bytes(saved_activation_bytes) -> None:
-    """Check ``saved_activation_bytes(batch_size, sizes, dtype)`` against a measurement of the real MLP.
+_ACTIVATION_CASES = [
+    (3, [5, 7, 6, 2], torch.float64, "relu"),
+    (4, [6, 9, 3], torch.float32, "tanh"),
+    (5, [4, 6, 7, 3], torch.float32, "gelu"),
+    (16, [8, 4], torch.float32, "gelu"),
+    (2, [3, 9, 5, 1], torch.bfloat16, "gelu"),
+    (7, [3, 5, 4, 6, 2], torch.float32, "tanh"),
+]
 
-    >>> check_saved_activation_bytes(lambda b, sizes, dtype: b * sum(sizes) * torch.empty((), dtype=dtype).element_size())
-    ✓ saved_activation_bytes matches the measured saved tensors of 5 MLPs
+
+def _as_int_list(got, label: str) -> list[int]:
+    if isinstance(got, torch.Tensor):
+        got = got.tolist()
+    if isinstance(got, (int, float)) and not isinstance(got, bool):
+        raise ExerciseError(
+            f"`saved_activation_bytes` returned one number ({got}) for {label}; return a list with the bytes of "
+            "each saved activation storage, in the order the forward pass creates them (the total alone can be "
+            "right for the wrong reasons)."
+        )
+    if not isinstance(got, (list, tuple)) or not all(isinstance(n, (int, float)) and not isinstance(n, bool)
+                                                     and float(n).is_integer() for n in got):
+        raise ExerciseError(f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r} "
+                            f"for {label}.")
+    return [int(n) for n in got]
+
+
+def check_saved_activation_bytes(saved_activation_bytes) -> None:
+    """Check ``saved_activation_bytes(batch_size, sizes, dtype, activation)`` -> bytes per saved activation storage.
+
+    >>> def answer(b, sizes, dtype, activation):
+    ...     item = torch.empty((), dtype=dtype).element_size()
+    ...     per = 2 if activation == "gelu" else 1
+    ...     return [b * sizes[0] * item] + [b * n * item for n in sizes[1:-1] for _ in range(per)] + [b * sizes[-1] * item]
+    >>> check_saved_activation_bytes(answer)
+    ✓ saved_activation_bytes matches the measured saved storages of 6 MLPs (ReLU, tanh, GELU), storage by storage
     """
-    for batch, sizes, dtype in _ACTIVATION_CASES:
-        label = f"batch_size={batch}, sizes={sizes}, dtype={dtype}"
-        got = call_learner(saved_activation_bytes, (batch, list(sizes), dtype), "saved_activation_bytes", label)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if isinstance(got, bool) or not isinstance(got, int):
-            raise ExerciseError(f"`saved_activation_bytes` should return a number of bytes (an int), "
-                                f"got {type(got).__name__} for {label}.")
-        truth = measured_activation_bytes(batch, sizes, dtype)
+    for batch, sizes, dtype, activation in _ACTIVATION_CASES:
+        label = f"batch_size={batch}, sizes={sizes}, dtype={dtype}, activation={activation!r}"
+        got = call_learner(saved_activation_bytes, (batch, list(sizes), dtype, activation),
+                           "saved_activation_bytes", label)
+        got = _as_int_list(got, label)
+        truth = measured_activation_storages(batch, sizes, dtype, activation)
         if got == truth:
             continue
-        hint = next((h for h, f in ACTIVATION_MISTAKES.items() if f(batch, sizes, dtype) == got), None)
-        message = (f"Wrong for {label}: you computed {got} bytes, but the saved_tensors_hooks measurement of this "
-                   f"model finds {truth} bytes of saved activations (parameters left out).")
+        hint = next((h for h, f in ACTIVATION_MISTAKES if f(batch, sizes, dtype, activation) == got), None)
+        first = next((i for i, (g, t) in enumerate(zip(got, truth)) if g != t), min(len(got), len(truth)))
+        message = (f"Wrong for {label}: you listed {got} (total {sum(got)} B), but a saved_tensors_hooks "
+                   f"measurement of this model finds {truth} (total {sum(truth)} B); the first difference is at "
+                   f"position {first}.")
+        if sum(got) == sum(truth):
+            message += " The totals agree, the storages do not."
         raise ExerciseError(message + (f"\nHint: {hint}" if hint else
-                                       "\nHint: list what each layer saves: Linear its input, ReLU its output, "
-                                       "pow its input; then count shared tensors once."))
-    passed(f"saved_activation_bytes matches the measured saved tensors of {len(_ACTIVATION_CASES)} MLPs")
+                                       "\nHint: go layer by layer: what does Linear's backward need, what does "
+                                       "the activation's derivative need, what does pow need? Then count a "
+                                       "tensor that two layers save once."))
+    passed(f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
+           "(ReLU, tanh, GELU), storage by storage")
 
 
-# --- Exercise 2: which tensor does each op save? ----------------------------------------------
+# --- Exercise 2: in place wherever backward allows it -----------------------------------------
 
 OPS = {
     "exp": torch.exp,
@@ -143,126 +191,217 @@ OPS = {
     "reciprocal": torch.reciprocal,
 }
 
-WHY = {
-    "exp": "d/dx eˣ = eˣ is the output itself",
-    "sin": "d/dx sin x = cos x needs the input x",
-    "tanh": "d/dx tanh x = 1 − tanh²x = 1 − y² needs only the output y",
-    "sigmoid": "d/dx σ(x) = σ(x)(1 − σ(x)) = y(1 − y) needs only the output y",
-    "relu": "the mask (y > 0) can be read from the output y",
-    "log": "d/dx log x = 1/x needs the input x",
-    "sqrt": "d/dx √x = 1/(2√x) = 1/(2y) needs only the output y",
-    "square": "d/dx x² = 2x needs the input x",
-    "add_one": "d/dx (x + 1) = 1: there is nothing to remember",
-    "times_three": "d/dx 3x = 3: only the constant 3, neither x nor the output",
-    "softmax": "the softmax backward y ⊙ (g − ⟨g, y⟩) needs the output y",
-    "abs": "d/dx |x| = sign(x) needs the input x",
-    "reciprocal": "d/dx 1/x = −1/x² = −y² needs only the output y",
-}
-
-ANSWERS = ("input", "output", "nothing")
+# The chain of Exercise 2, step by step: (the aten op, what it computes, what its backward saves).
+CHAIN = [
+    ("sin", "h = h.sin()", "input"),
+    ("mul", "h = h * 3", "nothing"),
+    ("exp", "h = h.exp()", "output"),
+    ("add", "h = h + 1", "nothing"),
+    ("tanh", "h = h.tanh()", "output"),
+    ("div", "h = h / 2", "nothing"),
+    ("pow", "h = h ** 2", "input"),
+    ("sub", "h = h - 0.5", "nothing"),
+]
 
 
-def _breaks(op: str, changed: str) -> bool:
-    """Run f, change its input or output in place, and see whether backward raises."""
-    x = torch.rand(4, dtype=torch.float64, requires_grad=True)
-    a = x * 1 + 0.5  # a non-leaf: in-place changes are allowed on it
-    y = OPS[op](a)
-    (a if changed == "input" else y).mul_(2)
-    try:
-        y.sum().backward()
-    except RuntimeError:
-        return True
-    return False
+def chain(h: torch.Tensor) -> torch.Tensor:
+    """The chain of Exercise 2, all out of place: sin, ×3, exp, +1, tanh, /2, square, −0.5."""
+    return ((((h.sin() * 3).exp() + 1).tanh() / 2) ** 2) - 0.5
 
 
-def check_what_gets_saved(what_gets_saved) -> None:
-    """Check ``what_gets_saved(op)`` -> "input", "output" or "nothing" for every op in ``OPS``.
+def inplace_saves_memory() -> dict[str, bool]:
+    """Step k can overwrite its input and save an allocation iff it does not save its input (else autograd
+    clones the input first) and step k−1 did not save its output (else backward raises)."""
+    allowed, previous = {}, "nothing"
+    for name, _, saves in CHAIN:
+        allowed[name] = saves != "input" and previous != "output"
+        previous = saves
+    return allowed
 
-    >>> saves = {"exp": "output", "sin": "input", "tanh": "output", "sigmoid": "output", "relu": "output",
-    ...          "log": "input", "sqrt": "output", "square": "input", "add_one": "nothing",
-    ...          "times_three": "nothing", "softmax": "output", "abs": "input", "reciprocal": "output"}
-    >>> check_what_gets_saved(saves.get)
-    ✓ what_gets_saved is right for all 13 ops: you can predict which in-place change breaks backward
+
+_NO_ALLOCATION = {"detach", "alias", "view", "_unsafe_view"}
+
+
+class _OpTrace(TorchDispatchMode):
+    """Records every aten op run inside it: in-place ones (``mul_``) and the ones that allocate a new tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_place: list[str] = []
+        self.allocating: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name.endswith("_") and not name.startswith("_"):
+            self.in_place.append(name[:-1])
+        elif name not in _NO_ALLOCATION:
+            self.allocating.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _breaks_backward(name: str) -> str:
+    index = [n for n, _, _ in CHAIN].index(name)
+    previous = CHAIN[index - 1][0]
+    return (f"the step before, `{previous}`, saved its output for backward, and `{name}_` overwrites exactly "
+            "that tensor")
+
+
+def check_inplace_chain(chain_inplace) -> None:
+    """Check ``chain_inplace(h)``: the value and gradient of :func:`chain` with the fewest new tensors, h untouched.
+
+    >>> def answer(h):
+    ...     h = h.sin()
+    ...     h.mul_(3)
+    ...     h.exp_()
+    ...     h = h + 1
+    ...     h.tanh_()
+    ...     h = h / 2
+    ...     h = h ** 2
+    ...     return h.sub_(0.5)
+    >>> check_inplace_chain(answer)
+    ✓ chain_inplace allocates 4 new tensors for 8 steps (mul, exp, tanh, sub run in place), the fewest backward allows
     """
-    for op in OPS:
-        got = call_learner(what_gets_saved, (op,), "what_gets_saved", f"op={op!r}")
-        if got not in ANSWERS:
-            raise ExerciseError(f"`what_gets_saved({op!r})` returned {got!r}; answer with one of "
-                                f"{', '.join(map(repr, ANSWERS))}.")
-        breaks_input, breaks_output = _breaks(op, "input"), _breaks(op, "output")
-        truth = "input" if breaks_input else "output" if breaks_output else "nothing"
-        if got == truth:
-            continue
-        consequence = {
-            "input": "so changing the input in place breaks backward, and changing the output does not",
-            "output": "so changing the output in place breaks backward, and changing the input does not",
-            "nothing": "so neither in-place change breaks backward",
-        }[truth]
-        raise ExerciseError(f"Wrong for {op!r}: you said it saves its {got}, but it saves "
-                            f"{'its ' + truth if truth != 'nothing' else 'nothing from x or y'}.\n"
-                            f"Hint: {WHY[op]}, {consequence} (checked by running both).")
-    passed(f"what_gets_saved is right for all {len(OPS)} ops: you can predict which in-place change breaks backward")
-
-
-# --- Exercise 3: change a parameter in place, the way optimizers do ---------------------------
-
-
-def check_scale_parameter(scale_parameter_) -> None:
-    """Check ``scale_parameter_(param, factor)``: multiplies a leaf parameter in place, visibly to autograd.
-
-    >>> def scale(param, factor):
-    ...     with torch.no_grad():
-    ...         param.mul_(factor)
-    >>> check_scale_parameter(scale)
-    ✓ scale_parameter_ changes the parameter in place, stays a leaf, and autograd sees the change
-    """
-    gen = torch.Generator().manual_seed(4)
-    cases = [((3, 4), 0.5, torch.float64), ((5,), -2.0, torch.float32), ((), 3.0, torch.float64)]
-    for shape, factor, dtype in cases:
-        label = f"a parameter of shape {shape} ({dtype}), factor {factor}"
-        param = nn.Parameter(torch.randn(shape, generator=gen, dtype=dtype))
-        before = param.detach().clone()
-        saved_by_graph = (param**2).sum()  # pow saves param: the graph depends on its current value
-        version = param._version
+    saves_memory = inplace_saves_memory()
+    fewest = sum(not ok for ok in saves_memory.values())
+    gen = torch.Generator().manual_seed(40)
+    for shape in ((5,), (3, 4)):
+        label = f"h of shape {shape}"
+        x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+        h = x * 1
+        h_before, h_version = h.detach().clone(), h._version
+        with _OpTrace() as trace:
+            out = call_learner(chain_inplace, (h,), "chain_inplace", label)
+        if not isinstance(out, torch.Tensor):
+            raise ExerciseError(f"`chain_inplace` should return the final tensor, got {type(out).__name__}.")
+        if h._version != h_version or not torch.equal(h.detach(), h_before):
+            raise ExerciseError(
+                f"`chain_inplace` changed its argument h in place for {label}; the caller may still need it.\n"
+                "Hint: start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves "
+                "its input, so autograd clones the input before overwriting it.)"
+            )
+        expected = chain(x.detach())
+        if out.shape != expected.shape or not torch.allclose(out.detach(), expected):
+            raise ExerciseError(f"`chain_inplace` computes a different value than the chain for {label}.\n"
+                                "Hint: keep every step of the chain: sin, ×3, exp, +1, tanh, /2, square, −0.5.")
         try:
-            result = scale_parameter_(param, factor)
+            (grad,) = torch.autograd.grad(out.sum(), x)
         except RuntimeError as exc:
-            if "leaf Variable that requires grad" in str(exc):
+            culprit = next((n for n in trace.in_place
+                            if n in saves_memory and [c for c, _, _ in CHAIN].index(n) > 0
+                            and CHAIN[[c for c, _, _ in CHAIN].index(n) - 1][2] == "output"), None)
+            raise ExerciseError(
+                f"backward through `chain_inplace` fails for {label}: {str(exc).split(' Hint:')[0][:160]}...\n"
+                + (f"Hint: {_breaks_backward(culprit)}." if culprit else
+                   "Hint: an in-place op overwrote a tensor that an earlier step saved for backward.")
+            ) from None
+        (reference,) = torch.autograd.grad(chain(x).sum(), x)
+        if not torch.allclose(grad, reference):
+            raise ExerciseError(
+                f"`chain_inplace` gives a wrong gradient for {label}, with no error.\nHint: something changed a "
+                "saved tensor where autograd could not see it (`.data`, or a detach()ed alias): backward used the "
+                "new values. Leave that step out of place."
+            )
+        missed = [n for n, ok in saves_memory.items() if ok and n not in trace.in_place]
+        if missed:
+            index = [n for n, _, _ in CHAIN].index(missed[0])
+            name, step, saves = CHAIN[index]
+            previous = CHAIN[index - 1][2] if index else "nothing"
+            raise ExerciseError(
+                f"`chain_inplace` is right, but step `{step}` could overwrite its input and does not "
+                f"({len(trace.allocating)} new tensors where {fewest} are enough).\nHint: `{name}` saves "
+                f"{'its output' if saves == 'output' else 'nothing'} for its backward, and the step before saved "
+                f"{'its input, not its output' if previous == 'input' else 'nothing'}: nothing needs the tensor "
+                f"`{name}_` would overwrite. In-place versions: mul_, exp_, add_, tanh_, div_, pow_, sub_."
+            )
+        if len(trace.allocating) > fewest:
+            raise ExerciseError(
+                f"`chain_inplace` allocates {len(trace.allocating)} new tensors for {label} ({', '.join(trace.allocating)}); "
+                f"{fewest} are enough.\nHint: no copies (clone, contiguous, x * 1) are needed beyond the steps "
+                "that cannot run in place."
+            )
+    in_place = [n for n, ok in saves_memory.items() if ok]
+    passed(f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), "
+           "the fewest backward allows")
+
+
+# --- Exercise 3: an exponential moving average of the parameters ------------------------------
+
+
+def _model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+
+
+def check_ema(init_ema, ema_update_) -> None:
+    """Check ``init_ema(model)`` -> {name: copy} and ``ema_update_(ema, model, decay)`` (in place).
+
+    >>> def init_ema(model):
+    ...     return {name: p.detach().clone() for name, p in model.named_parameters()}
+    >>> def ema_update_(ema, model, decay):
+    ...     with torch.no_grad():
+    ...         for name, p in model.named_parameters():
+    ...             ema[name].mul_(decay).add_(p, alpha=1 - decay)
+    >>> check_ema(init_ema, ema_update_)
+    ✓ init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, leaving the model alone
+    """
+    for seed, decay in ((0, 0.9), (1, 0.99)):
+        model = _model(seed)
+        label = f"a 2-layer model (seed {seed}), decay {decay}"
+        ema = call_learner(init_ema, (model,), "init_ema", label)
+        names = [n for n, _ in model.named_parameters()]
+        if not isinstance(ema, dict) or sorted(ema) != sorted(names):
+            raise ExerciseError(f"`init_ema` should return a dict keyed by parameter name ({names}), got "
+                                f"{type(ema).__name__}{' with keys ' + str(sorted(ema)) if isinstance(ema, dict) else ''}.")
+        for name, p in model.named_parameters():
+            e = ema[name]
+            if not isinstance(e, torch.Tensor) or not torch.equal(e.detach(), p.detach()):
+                raise ExerciseError(f"`init_ema` should start each average at the parameter's value ({name}).")
+            if e.untyped_storage().data_ptr() == p.untyped_storage().data_ptr():
                 raise ExerciseError(
-                    f"`scale_parameter_` raised for {label}: {str(exc).splitlines()[0]}\nHint: autograd refuses "
-                    "to record an in-place change of a leaf that requires grad. Do it with recording switched "
-                    "off: `with torch.no_grad(): param.mul_(factor)` (what optimizer.step() does)."
-                ) from None
-            result = call_learner(scale_parameter_, (param, factor), "scale_parameter_", label)
-        except Exception:  # the learner's error, with the line that raised it
-            result = call_learner(scale_parameter_, (param, factor), "scale_parameter_", label)
-        expected = before * factor
-        if not torch.allclose(param.detach(), expected):
-            if torch.equal(param.detach(), before):
-                hint = ("the parameter did not change. `param = param * factor` only rebinds a local name; "
-                        "the caller's tensor must change in place (mul_, copy_).")
-                if isinstance(result, torch.Tensor) and torch.allclose(result.detach(), expected):
-                    hint = ("you returned a new tensor, but the parameter itself did not change: the optimizer and "
-                            "the model still hold the old tensor. Change it in place (mul_, copy_).")
-                raise ExerciseError(f"Wrong for {label}: {hint}")
-            raise ExerciseError(f"Wrong values for {label}: expected every element multiplied by {factor}.")
-        if not (param.is_leaf and param.requires_grad and param.grad_fn is None):
-            raise ExerciseError(
-                f"After `scale_parameter_` on {label} the parameter is no longer a trainable leaf "
-                f"(is_leaf={param.is_leaf}, requires_grad={param.requires_grad}).\nHint: keep the same tensor "
-                "and switch recording off with torch.no_grad() instead of changing requires_grad."
-            )
-        if param._version == version:
-            raise ExerciseError(
-                f"For {label} the values changed but the version counter did not move ({version} → "
-                f"{param._version}).\nHint: `.data` gives a tensor with its own version counter, so autograd "
-                "cannot see the change: a graph that saved this parameter would now compute wrong gradients "
-                "without any error. Use `with torch.no_grad(): param.mul_(factor)`."
-            )
-        try:
-            saved_by_graph.backward()
-        except RuntimeError:
-            pass  # right: autograd noticed that a saved tensor changed
-        else:
-            raise ExerciseError(f"For {label}, a graph that saved the parameter did not notice the change.")
-    passed("scale_parameter_ changes the parameter in place, stays a leaf, and autograd sees the change")
+                    f"`init_ema`'s copy of {name} shares memory with the parameter, so every optimizer step "
+                    "changes the average too.\nHint: `detach()` shares memory (and the version counter); a "
+                    "snapshot is `detach().clone()`."
+                )
+            if e.requires_grad or e.grad_fn is not None:
+                raise ExerciseError(
+                    f"`init_ema`'s copy of {name} is part of autograd (requires_grad={e.requires_grad}, "
+                    f"grad_fn={type(e.grad_fn).__name__ if e.grad_fn else None}).\nHint: `p.clone()` stays in the "
+                    "graph; the average is plain data: `p.detach().clone()`."
+                )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        model(torch.ones(5, 4)).pow(2).mean().backward()
+        optimizer.step()
+        objects = {name: ema[name] for name in names}
+        before = {name: ema[name].detach().clone() for name in names}
+        versions = {name: ema[name]._version for name in names}
+        param_versions = {name: p._version for name, p in model.named_parameters()}
+        params_before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        result = call_learner(ema_update_, (ema, model, decay), "ema_update_", label)
+        for name, p in model.named_parameters():
+            if not torch.equal(p.detach(), params_before[name]) or p._version != param_versions[name]:
+                raise ExerciseError(f"`ema_update_` changed the model's parameter {name}; only the average "
+                                    "should change.")
+            expected = decay * before[name] + (1 - decay) * params_before[name]
+            e = ema[name]
+            if e is not objects[name]:
+                hint = ("you put a new tensor into the dict; whoever holds the average (an evaluation model, "
+                        "a checkpoint) still has the old one. Update the tensor in place: mul_, add_, lerp_.")
+                raise ExerciseError(f"`ema_update_` replaced ema[{name!r}] instead of updating it.\nHint: {hint}")
+            if not torch.allclose(e.detach(), expected):
+                swapped = (1 - decay) * before[name] + decay * params_before[name]
+                hint = ("decay weighs the old average: new = decay · ema + (1 − decay) · param."
+                        if torch.allclose(e.detach(), swapped) else
+                        "new = decay · ema + (1 − decay) · param, for every parameter.")
+                raise ExerciseError(f"`ema_update_` computed wrong values for {name} ({label}).\nHint: {hint}")
+            if e._version == versions[name]:
+                raise ExerciseError(
+                    f"ema[{name!r}] changed but its version counter did not move.\nHint: a change through "
+                    "`.data` is invisible to autograd: a graph that used the average would silently see new "
+                    "values. Use `with torch.no_grad():` and in-place ops on the tensor itself."
+                )
+            if e.requires_grad or e.grad_fn is not None:
+                raise ExerciseError(f"ema[{name!r}] became part of a graph after `ema_update_`.\nHint: update "
+                                    "under `with torch.no_grad():`.")
+        del result
+    passed("init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, "
+           "leaving the model alone")

@@ -134,6 +134,77 @@ def _matches(got: tuple, wrong: tuple, dtype: torch.dtype) -> bool:
     )
 
 
+class _CallRecorder(torch.overrides.TorchFunctionMode):
+    """Records the name of every torch function called inside it (e.g. ``softplus``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _saved_by_forward(
+    apply: Callable, leaves: list, name: str, label: str, forbidden: Mapping[str, str] | None = None
+) -> tuple[object, list[tuple]]:
+    """Run the learner's forward, recording the shape of every tensor it saved with ``save_for_backward``.
+
+    ``forbidden`` maps a torch function name to the hint shown when the forward calls it.
+    """
+    packed: list[tuple] = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _CallRecorder() as calls:
+        out = call_learner(apply, leaves, name, label)
+    for func, hint in (forbidden or {}).items():
+        if func in calls.names:
+            shown = func.removeprefix("linalg_")
+            raise ExerciseError(f"The forward of `{name}` calls torch's `{shown}` for {label}.\nHint: {hint}")
+    return out, packed
+
+
+def _check_ctx_contract(out, packed: list[tuple], name: str, label: str, max_saved: int | None) -> None:
+    """Tensors go through ``save_for_backward`` (version checks, no reference cycles, saved-tensor hooks)."""
+    ctx = getattr(out[0] if isinstance(out, tuple) else out, "grad_fn", None)
+    attributes = {k: v for k, v in getattr(ctx, "__dict__", {}).items() if isinstance(v, torch.Tensor)}
+    if attributes:
+        names = ", ".join(f"ctx.{k}" for k in attributes)
+        raise ExerciseError(
+            f"The forward of `{name}` stored tensors as ctx attributes ({names}) for {label}.\n"
+            "Hint: save tensors with ctx.save_for_backward(...) and read them with ctx.saved_tensors: only then does "
+            "autograd check their version counter, avoid a reference cycle through the output, and let "
+            "saved-tensor hooks (checkpointing, offloading) see them. Plain attributes are for non-tensors."
+        )
+    if max_saved is not None and len(packed) > max_saved:
+        raise ExerciseError(
+            f"The forward of `{name}` saved {len(packed)} tensors (shapes {packed}) for {label}; its backward needs "
+            f"only {max_saved}.\nHint: save only what backward reads: every saved tensor stays in memory until "
+            "backward runs."
+        )
+
+
+def _check_skips_unneeded(cls, out, v: torch.Tensor, frozen: Sequence[int], names: Sequence[str], name: str,
+                          label: str) -> None:
+    """Call the learner's backward directly: inputs that need no gradient must get None (nothing computed)."""
+    if not frozen or not isinstance(cls, type):
+        return
+    ctx = out.grad_fn
+    grads = call_learner(lambda: cls.backward(ctx, v), (), f"{name}.backward", label)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    computed = [names[i] for i in frozen if i < len(grads) and grads[i] is not None]
+    if computed:
+        raise ExerciseError(
+            f"The backward of `{name}` computed a gradient for {', '.join(f'`{n}`' for n in computed)} for {label}, "
+            "where that input does not require grad.\nHint: check ctx.needs_input_grad[i] and return None for "
+            "inputs nobody asked a gradient for: that skips a whole matrix product for frozen weights or data."
+        )
+
+
 def check_autograd_function(
     cls,
     *,
@@ -144,19 +215,28 @@ def check_autograd_function(
     mistakes: Mapping[str, Grads] | None = None,
     error_hint: str | None = None,
     nonfinite_hint: str | None = None,
+    max_saved: int | None = None,
+    forbidden: Mapping[str, str] | None = None,
+    then: Callable[[], None] | None = None,
 ) -> None:
     """Check a learner's ``torch.autograd.Function`` subclass: forward, gradcheck, and backward vs ``reference``.
 
     ``reference`` is plain differentiable torch code computing the same forward.
     ``mistakes`` maps a hint to ``(*inputs, v) -> gradients`` of a typical wrong
-    backward. A case's ``context["frozen"]`` lists inputs that do not require grad.
+    backward. A case's ``context["frozen"]`` lists inputs that do not require grad:
+    the learner's backward must return None for them (``ctx.needs_input_grad``).
+    The forward must keep tensors in ``save_for_backward``, never as ctx
+    attributes, and save at most ``max_saved`` tensors when that is given; it must
+    not call the torch functions named in ``forbidden``. ``then`` runs the
+    exercise's own extra checks before the ✓ line is printed.
     """
     apply = _apply_of(cls, name)
     for case in cases:
         frozen = tuple(case.context.get("frozen", ()))
         label = case.label
         expected = reference(*[a.detach() if isinstance(a, torch.Tensor) else a for a in case.args])
-        out = call_learner(apply, _leaves(case.args, frozen), name, label)
+        out, packed = _saved_by_forward(apply, _leaves(case.args, frozen), name, label, forbidden)
+        _check_ctx_contract(out, packed, name, label, max_saved)
         if isinstance(out, torch.Tensor) and torch.isfinite(expected).all() and not torch.isfinite(out.detach()).all():
             raise ExerciseError(
                 f"The forward of `{name}` gives inf or NaN for {label}, where the reference is finite."
@@ -164,6 +244,7 @@ def check_autograd_function(
             )
         compare(out, expected, what=f"The forward of `{name}`", label=label)
         v = torch.randn(expected.shape, generator=seeded(len(label)), dtype=expected.dtype)
+        _check_skips_unneeded(cls, out, v, frozen, input_names, name, label)
         try:
             got = call_learner(lambda: _grads_of(apply, case.args, frozen, v), (), f"{name}.backward", label)
         except ExerciseError as error:
@@ -191,6 +272,8 @@ def check_autograd_function(
         if hint is None and not finite and nonfinite_hint:
             hint = nonfinite_hint
         raise ExerciseError(message + (f"\nHint: {hint}" if hint else ""))
+    if then is not None:
+        then()
     plural = "s" if len(cases) != 1 else ""
     passed(f"{name}: forward, backward and gradcheck pass on {len(cases)} input{plural}")
 
@@ -210,6 +293,10 @@ def _linear_cases() -> list[Case]:
                           f"x {(n, d)}, W {(d, e)}, b {(e,)}"))
     cases.append(Case((_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen)),
                       "x (4, 3), W (3, 5), b (5,), where only W requires grad", context={"frozen": (0, 2)}))
+    cases.append(Case((_f64(6, 2, gen=gen), _f64(2, 3, gen=gen), _f64(3, gen=gen)),
+                      "x (6, 2) as data (no grad), W (2, 3), b (3,)", context={"frozen": (0,)}))
+    cases.append(Case((_f64(3, 5, gen=gen).T, _f64(3, 4, gen=gen), _f64(4, gen=gen)),
+                      "a non-contiguous x (a transposed (3, 5) tensor), W (3, 4), b (4,)"))
     return cases
 
 
@@ -232,9 +319,10 @@ def check_linear_function(LinearFunction) -> None:
     ...     @staticmethod
     ...     def backward(ctx, G):
     ...         x, W = ctx.saved_tensors
-    ...         return G @ W.T, x.T @ G, G.sum(0)
+    ...         need_x, need_W, need_b = ctx.needs_input_grad
+    ...         return (G @ W.T if need_x else None), (x.T @ G if need_W else None), (G.sum(0) if need_b else None)
     >>> check_linear_function(LinearFunction)
-    ✓ LinearFunction: forward, backward and gradcheck pass on 5 inputs
+    ✓ LinearFunction: forward, backward and gradcheck pass on 7 inputs
     """
     check_autograd_function(
         LinearFunction,
@@ -245,61 +333,85 @@ def check_linear_function(LinearFunction) -> None:
         mistakes=LINEAR_MISTAKES,
         error_hint="backward returns one gradient per forward input, in order (x, W, b), each with that input's "
                    "shape: G Wᵀ for x, xᵀ G for W, G summed over the batch for b.",
+        max_saved=2,
     )
 
 
-# --------------------------------------------------------------------------- LogSumExp
+# --------------------------------------------------------------------------- StableSoftplus
 
 
-def _logsumexp_cases() -> list[Case]:
+def _softplus_cases() -> list[Case]:
     gen = seeded(51)
     return [
-        Case((_f64(4, 5, gen=gen, scale=3),), "x of shape (4, 5)"),
-        Case((_f64(1, 6, gen=gen),), "x of shape (1, 6)"),
-        Case((_f64(3, 1, gen=gen),), "x of shape (3, 1)"),
+        Case((_f64(4, 5, gen=gen, scale=3),), "x of shape (4, 5), values around ±3"),
         Case((_f64(2, 3, 4, gen=gen),), "x of shape (2, 3, 4)"),
-        Case((_f64(3, 4, gen=gen, scale=10, shift=1000.0),), "large x (around 1000) of shape (3, 4)"),
-        Case((_f64(2, 3, gen=gen, shift=-1000.0),), "very negative x (around −1000) of shape (2, 3)"),
+        Case((_f64(3, 4, gen=gen, scale=10, shift=1000.0),), "large x (around +1000) of shape (3, 4)"),
+        Case((_f64(2, 3, gen=gen, scale=5, shift=-60.0),), "very negative x (around −60) of shape (2, 3)"),
+        Case((_f64(5, 3, gen=gen, scale=2).T,), "a non-contiguous x (a transposed (5, 3) tensor)"),
     ]
 
 
-LOGSUMEXP_MISTAKES = {
-    "the backward forgot grad_output: multiply softmax(x) by grad_output.unsqueeze(-1).":
-        lambda x, v: (torch.softmax(x, -1),),
-    "d/dx log Σ exp(x) = exp(x) / Σ exp(x) = softmax(x), not exp(x): divide by the sum (or use exp(x − y)).":
-        lambda x, v: (v.unsqueeze(-1) * torch.exp(x),),
+def _softplus_grad(x, v):
+    return (v * torch.sigmoid(x),)
+
+
+SOFTPLUS_MISTAKES = {
+    "the backward forgot grad_output: multiply σ(x) by grad_output.":
+        lambda x, v: (torch.sigmoid(x),),
+    "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.":
+        lambda x, v: (v * torch.exp(x),),
+    "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).":
+        lambda x, v: (v * torch.sigmoid(-x),),
+    "that is the softplus itself, not its derivative σ(x).":
+        lambda x, v: (v * torch.nn.functional.softplus(x),),
 }
 
 
-def check_logsumexp_function(LogSumExp) -> None:
-    """Check ``LogSumExp.apply(x)`` = log Σ exp(x) over the last dim, stable for large |x|, with its backward.
+def _check_softplus_precision(apply: Callable, name: str) -> None:
+    """For very negative x, softplus(x) ≈ eˣ is tiny: an answer off by 100% of it hides under any absolute tolerance."""
+    x = torch.tensor([-20.0, -40.0, -300.0], dtype=torch.float64)
+    got = call_learner(apply, (x,), name, "x = [−20, −40, −300]")
+    expected = torch.nn.functional.softplus(x)
+    relative = float(((got.detach() - expected).abs() / expected).max())
+    if not relative <= 1e-12:
+        raise ExerciseError(
+            f"The forward of `{name}` loses the tiny values: for x = [−20, −40, −300] the true values are about "
+            f"[2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got.detach()]} "
+            f"(relative error {relative:.3g}).\nHint: 1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) "
+            "returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
+        )
 
-    >>> class LogSumExp(torch.autograd.Function):
+
+def check_softplus_function(StableSoftplus) -> None:
+    """Check ``StableSoftplus.apply(x)`` = log(1 + eˣ) element-wise: stable and precise for any x, with its backward.
+
+    >>> class StableSoftplus(torch.autograd.Function):
     ...     @staticmethod
     ...     def forward(ctx, x):
-    ...         m = x.max(dim=-1, keepdim=True).values
-    ...         y = m.squeeze(-1) + (x - m).exp().sum(-1).log()
-    ...         ctx.save_for_backward(x, y)
-    ...         return y
+    ...         ctx.save_for_backward(x)
+    ...         return x.clamp_min(0) + torch.log1p(torch.exp(-x.abs()))
     ...     @staticmethod
     ...     def backward(ctx, grad):
-    ...         x, y = ctx.saved_tensors
-    ...         return grad.unsqueeze(-1) * (x - y.unsqueeze(-1)).exp()
-    >>> check_logsumexp_function(LogSumExp)
-    ✓ LogSumExp: forward, backward and gradcheck pass on 6 inputs
+    ...         (x,) = ctx.saved_tensors
+    ...         return grad * torch.sigmoid(x)
+    >>> check_softplus_function(StableSoftplus)
+    ✓ StableSoftplus: forward, backward and gradcheck pass on 5 inputs
     """
+    name = "StableSoftplus"
     check_autograd_function(
-        LogSumExp,
-        name="LogSumExp",
-        reference=lambda x: torch.logsumexp(x, dim=-1),
-        cases=_logsumexp_cases(),
+        StableSoftplus,
+        name=name,
+        reference=torch.nn.functional.softplus,
+        cases=_softplus_cases(),
         input_names=("x",),
-        mistakes=LOGSUMEXP_MISTAKES,
-        error_hint="grad_output has one value per row (the last dim was reduced): grad_output.unsqueeze(-1) "
-                   "broadcasts it back over the last dim.",
-        nonfinite_hint="exp(x) overflows to inf for x around 1000 (and underflows to 0 for x around −1000, so the "
-                       "log gives −inf). Subtract the row maximum m first: log Σ exp(x) = m + log Σ exp(x − m). "
-                       "In backward, softmax(x) = exp(x − y) is stable too.",
+        mistakes=SOFTPLUS_MISTAKES,
+        nonfinite_hint="eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the "
+                       "large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never "
+                       "positive; σ(x) = torch.sigmoid(x) is stable.",
+        max_saved=2,
+        forbidden={f: "this exercise is to build the stable formula yourself; torch's softplus and logaddexp "
+                      "already are one." for f in ("softplus", "logaddexp")},
+        then=lambda: _check_softplus_precision(_apply_of(StableSoftplus, name), name),
     )
 
 
@@ -336,6 +448,38 @@ NORM_MISTAKES = {
 }
 
 
+def _check_norm_double_backward(apply: Callable, name: str) -> None:
+    """A gradient penalty differentiates the backward: it must be differentiable and stay finite at x = 0."""
+    gen = seeded(54)
+    with_zero = _f64(3, 4, gen=gen)
+    with_zero[1] = 0.0
+    leaf = with_zero.clone().requires_grad_()
+    try:
+        (g,) = torch.autograd.grad(apply(leaf).sum(), leaf, create_graph=True)
+        (gg,) = torch.autograd.grad((g**2).sum() + g.sum(), leaf)
+    except RuntimeError as exc:
+        raise ExerciseError(
+            f"The backward of `{name}` cannot be differentiated ({str(exc).splitlines()[0]}).\nHint: this exercise "
+            "needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), "
+            "no .detach()): "
+            "a gradient penalty differentiates it."
+        ) from None
+    if not torch.isfinite(gg).all():
+        raise ExerciseError(
+            f"Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x.\n"
+            "Hint: torch.where picks values, but the branch it discards is still computed and still differentiated: "
+            "0 · (NaN from x / 0) is NaN. Make the discarded branch finite too: divide by a denominator that is "
+            "never 0 (torch.where(norm > 0, norm, 1)) before the where."
+        )
+    x = _f64(3, 4, gen=gen).requires_grad_()
+    if not torch.autograd.gradgradcheck(apply, (x,), eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=False):
+        raise ExerciseError(
+            f"gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are "
+            "wrong.\nHint: compute the backward with differentiable torch ops on the saved tensors, not under "
+            "torch.no_grad() or on .detach()ed copies, so autograd can differentiate it."
+        )
+
+
 def check_safe_norm_function(SafeNorm) -> None:
     """Check ``SafeNorm.apply(x)`` = ‖x‖ over the last dim, whose gradient is 0 (not NaN) where x is all zeros.
 
@@ -361,68 +505,81 @@ def check_safe_norm_function(SafeNorm) -> None:
         input_names=("x",),
         mistakes=NORM_MISTAKES,
         error_hint="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
-        nonfinite_hint="at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, e.g. "
-                       "torch.where(norm > 0, x / safe_norm, 0) with safe_norm = torch.where(norm > 0, norm, 1).",
+        nonfinite_hint="at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, "
+                       "even in a branch torch.where discards.",
+        max_saved=2,
+        forbidden={f: "this exercise is to write the norm's backward yourself; torch's norms bring their own."
+                   for f in ("norm", "linalg_vector_norm", "linalg_norm")},
+        then=lambda: _check_norm_double_backward(_apply_of(SafeNorm, "SafeNorm"), "SafeNorm"),
     )
 
 
-# --------------------------------------------------------------------------- straight-through estimator
+# --------------------------------------------------------------------------- clipped straight-through sign
 
 
 def _ste_cases() -> list[Case]:
     gen = seeded(53)
+    edges = torch.tensor([-1.5, -1.0, -0.5, 0.0, 0.25, 1.0, 1.0001, 3.0], dtype=torch.float64)
     return [
-        Case((_f64(4, 5, gen=gen, scale=3),), "x of shape (4, 5), values around ±3"),
-        Case((_f64(7, gen=gen, scale=0.4),), "x of shape (7,), values within about ±1"),
-        Case((_f64(2, 1, 3, gen=gen, scale=5),), "x of shape (2, 1, 3)"),
+        Case((_f64(4, 5, gen=gen, scale=1.5),), "x of shape (4, 5), values around ±1.5"),
+        Case((edges,), "x = [−1.5, −1, −0.5, 0, 0.25, 1, 1.0001, 3] (the edges: 0 and exactly ±1)"),
+        Case((_f64(2, 1, 3, gen=gen, scale=2),), "x of shape (2, 1, 3)"),
+        Case((_f64(3, 4, gen=gen).T,), "a non-contiguous x (a transposed (3, 4) tensor)"),
     ]
 
 
 STE_MISTAKES = {
-    "that is the true derivative of round (0 almost everywhere), which stops all learning: a straight-through "
-    "estimator passes grad_output through unchanged.":
+    "that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through "
+    "where |x| ≤ 1.":
         lambda x, v: torch.zeros_like(v),
-    "you zeroed the gradient where |x| > 1 (the 'clipped' straight-through estimator); this exercise asks for the "
-    "plain one: return grad_output unchanged.":
-        lambda x, v: v * (x.abs() <= 1),
-    "the gradient is grad_output itself, not grad_output ⊙ x.":
-        lambda x, v: v * x,
+    "that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and "
+    "returns 0 outside.":
+        lambda x, v: v,
+    "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).":
+        lambda x, v: v * (x.abs() < 1),
+    "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.":
+        lambda x, v: v * x * (x.abs() <= 1),
+    "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.":
+        lambda x, v: v * (x.abs() > 1),
 }
 
 
-def check_straight_through_round(StraightThroughRound) -> None:
-    """Check ``StraightThroughRound.apply(x)``: forward ``torch.round(x)``, backward passes grad_output unchanged.
+def check_clipped_sign_ste(ClippedSignSTE) -> None:
+    """Check ``ClippedSignSTE.apply(x)``: forward ``torch.sign(x)``, backward grad_output where |x| ≤ 1, else 0.
 
-    gradcheck does not apply here: the backward is deliberately not the derivative of the forward.
+    gradcheck does not apply: the backward is deliberately not the derivative of the forward.
 
-    >>> class StraightThroughRound(torch.autograd.Function):
+    >>> class ClippedSignSTE(torch.autograd.Function):
     ...     @staticmethod
     ...     def forward(ctx, x):
-    ...         return torch.round(x)
+    ...         ctx.save_for_backward(x.abs() <= 1)
+    ...         return torch.sign(x)
     ...     @staticmethod
     ...     def backward(ctx, grad):
-    ...         return grad
-    >>> check_straight_through_round(StraightThroughRound)
-    ✓ StraightThroughRound: forward rounds, backward passes the gradient straight through on 3 inputs
+    ...         (inside,) = ctx.saved_tensors
+    ...         return grad * inside
+    >>> check_clipped_sign_ste(ClippedSignSTE)
+    ✓ ClippedSignSTE: forward is sign(x), backward passes the gradient where |x| ≤ 1 on 4 inputs
     """
-    name = "StraightThroughRound"
-    apply = _apply_of(StraightThroughRound, name)
+    name = "ClippedSignSTE"
+    apply = _apply_of(ClippedSignSTE, name)
     cases = _ste_cases()
     for case in cases:
         (x,) = case.args
-        out = call_learner(apply, _leaves(case.args, ()), name, case.label)
-        compare(out, torch.round(x), what=f"The forward of `{name}`", label=case.label, mistakes={
-            "round to the nearest integer (torch.round), not down (torch.floor).": torch.floor(x),
-            "round to the nearest integer (torch.round), not up (torch.ceil).": torch.ceil(x),
-            "round to the nearest integer (torch.round), not towards zero (torch.trunc).": torch.trunc(x),
+        out, packed = _saved_by_forward(apply, _leaves(case.args, ()), name, case.label)
+        _check_ctx_contract(out, packed, name, case.label, max_saved=1)
+        compare(out, torch.sign(x), what=f"The forward of `{name}`", label=case.label, mistakes={
+            "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).":
+                torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
+            "the forward is sign(x), not round(x).": torch.round(x),
+            "the forward is sign(x), not the clamp (hardtanh) of x.": x.clamp(-1, 1),
         })
         v = torch.randn(x.shape, generator=seeded(x.numel()), dtype=x.dtype)
         (got,) = call_learner(lambda: _grads_of(apply, case.args, (), v), (), f"{name}.backward", case.label)
         if got is None:
             raise ExerciseError(
-                f"The backward of `{name}` returned None for {case.label}: then x gets no gradient at all. "
-                "Return grad_output."
+                f"The backward of `{name}` returned None for {case.label}: then x gets no gradient at all."
             )
-        compare(got, v, what=f"The gradient that `{name}` passes back", label=case.label,
+        compare(got, v * (x.abs() <= 1), what=f"The gradient that `{name}` passes back", label=case.label,
                 mistakes={hint: wrong(x, v) for hint, wrong in STE_MISTAKES.items()})
-    passed(f"{name}: forward rounds, backward passes the gradient straight through on {len(cases)} inputs")
+    passed(f"{name}: forward is sign(x), backward passes the gradient where |x| ≤ 1 on {len(cases)} inputs")

@@ -1,145 +1,331 @@
 """Checkers for chapter 06 (one training step, line by line).
 
-Each checker runs the learner's code on small float64 models and compares with a
-reference step, then names the line that is missing or out of place by running
-the typical wrong variants on the same inputs.
+Each checker runs the learner's code on small float64 models next to a reference,
+compares the state the exercise is about, and names the line that is missing or
+out of place by running typical wrong variants on the same inputs. The global RNG
+is left as the notebook had it (the checks seed their own runs inside ``fork_rng``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
-from autogradlab.checks.core import ExerciseError, call_learner, compare, passed
-
-# --------------------------------------------------------------------------- exercise: train_step
-
-MAX_NORM = 0.05  # small enough that clipping is active on every step of the check
+from autogradlab.checks.core import ExerciseError, call_learner, passed
+from autogradlab.models import train_state
+from autogradlab.models.train_state import Snapshot, module_mode, snapshot
 
 
-def _step_model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Dropout(0.3), torch.nn.Linear(7, 3)
-    ).double()
+class _HelperUsed(RuntimeError):
+    """Raised when a learner's answer calls the course code that computes the answer."""
 
 
-def _step_batches(seed: int, steps: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(100 + seed)
-    return [(torch.randn(6, 5, generator=gen, dtype=torch.float64), torch.randn(6, 3, generator=gen, dtype=torch.float64))
-            for _ in range(steps)]
+@contextlib.contextmanager
+def _course_helpers_off(names: tuple[str, ...], what: str) -> Iterator[None]:
+    """Make ``train_state.<name>`` raise while the learner's code runs (``what`` names the exercise's job)."""
+    saved = {name: getattr(train_state, name) for name in names}
+
+    def refuse(*args, **kwargs):
+        raise _HelperUsed(
+            f"this exercise asks you to {what} yourself, but your code called the course's own code "
+            "in autogradlab.models.train_state, which does it for you."
+        )
+
+    try:
+        for name in names:
+            setattr(train_state, name, refuse)
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(train_state, name, original)
+
+
+def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    # Loose enough for clipping by hand without clip_grad_norm_'s 1e-6 in the denominator.
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-9)
+
+
+def _differences(got: Snapshot, expected: Snapshot) -> list[str]:
+    """The states (of the six) in which two snapshots of the same model differ."""
+    out = []
+    if not all(_close(got.grads[n], expected.grads[n]) for n in expected.grads):
+        out.append(".grad")
+    if not all(_close(got.params[n], expected.params[n]) for n in expected.params):
+        out.append("parameter values")
+    for name, state in expected.optimizer.items():
+        mine = got.optimizer[name]
+        if (state is None) != (mine is None) or (state and (state.keys() != mine.keys() or
+                                                           not all(_close(mine[k], state[k]) for k in state))):
+            out.append("optimizer state")
+            break
+    if got.mode != expected.mode:
+        out.append("module mode")
+    if got.rng != expected.rng:
+        out.append("RNG state")
+    return out
 
 
 def _flat_params(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def _run_steps(step_fn: Callable, seed: int, call=None):
-    """Three steps on a model that comes out of a validation pass: eval mode, stale .grad buffers."""
-    model = _step_model(seed)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
-    loss_fn = torch.nn.MSELoss()
-    batches = _step_batches(seed)
-    model.eval()
-    loss_fn(model(batches[0][0] + 1), batches[0][1]).backward()  # a validation pass that forgot no_grad
-    torch.manual_seed(1000 + seed)  # the dropout masks
-    returned = []
-    for i, batch in enumerate(batches):
-        args = (model, batch, optimizer, loss_fn, MAX_NORM)
-        returned.append(call(step_fn, args, i) if call else step_fn(*args))
-    return model, returned
+# --------------------------------------------------------------------------- exercise 1: a step that reports
+
+# One set-up clips on every step (the gradient norm is about 0.6 to 1.6), the other never does.
+STEP_SETUPS = ((0, 0.25, "max_norm = 0.25, below the gradient norm"), (1, 2.0, "max_norm = 2.0, above the gradient norm"))
+STEPS = 3
 
 
-def _reference_step(model, batch, optimizer, loss_fn, max_norm):
+def _step_data(seed: int):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Dropout(0.3), torch.nn.Linear(7, 3)
+    ).double()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + seed)
+    batches = [(torch.randn(6, 5, generator=gen, dtype=torch.float64), torch.randn(6, 3, generator=gen, dtype=torch.float64))
+               for _ in range(STEPS)]
+    validation = (torch.randn(4, 5, generator=gen, dtype=torch.float64), torch.randn(4, 3, generator=gen, dtype=torch.float64))
+    return model, optimizer, batches, validation
+
+
+class _StepRecord:
+    """What one call of a train_step left behind: its return value, the six states, the batch."""
+
+    def __init__(self, returned, state: Snapshot, batch_changed: bool):
+        self.returned, self.state, self.batch_changed = returned, state, batch_changed
+
+
+def _run_steps(step_fn: Callable, seed: int, max_norm: float, call=None) -> list[_StepRecord]:
+    """``STEPS`` steps, each right after a validation pass that forgot no_grad (eval mode, stale .grad)."""
+    records = []
+    with torch.random.fork_rng(devices=[]):
+        model, optimizer, batches, (vx, vy) = _step_data(seed)
+        loss_fn = torch.nn.MSELoss()
+        torch.manual_seed(1000 + seed)  # the Dropout masks
+        for i, batch in enumerate(batches):
+            model.eval()
+            loss_fn(model(vx), vy).backward()
+            kept = [(t.clone(), t._version, t.requires_grad) for t in batch]
+            args = (model, batch, optimizer, loss_fn, max_norm)
+            returned = call(step_fn, args, i) if call else step_fn(*args)
+            changed = any(not torch.equal(t, c) or t._version != v or t.requires_grad != r
+                          for t, (c, v, r) in zip(batch, kept))
+            records.append(_StepRecord(returned, snapshot(model, optimizer), changed))
+    return records
+
+
+def _reference_step(model, batch, optimizer, loss_fn, max_norm=1.0):
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(batch[0]), batch[1])
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).detach()  # cat makes a copy
     optimizer.step()
-    return loss.detach()
+    after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    return loss.detach(), grad_norm, (after - before).norm() / before.norm()
 
 
-def _variant(*, train=True, zero="before", clip=True):
-    """A train_step with one typical slip (other slips have the same effect as one of these)."""
+def _variant(kind: str) -> Callable:
+    """A train_step with one typical slip. Only the states it leaves are compared, so its update ratio is a placeholder."""
 
-    def step(model, batch, optimizer, loss_fn, max_norm):
-        if train:
+    def step(model, batch, optimizer, loss_fn, max_norm=1.0):
+        params = list(model.parameters())
+        if kind not in ("eval", "train_late"):
             model.train()
-        if zero == "before":
+        if kind not in ("no_zero", "zero_after"):
             optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(batch[0]), batch[1])
+        if kind == "train_late":
+            model.train()
+        if kind == "step_first":
+            optimizer.step()
         loss.backward()
-        if zero == "after_backward":
+        if kind == "zero_after":
             optimizer.zero_grad(set_to_none=True)
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        return loss.detach()
+        norm = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None] or [torch.zeros(1)]).norm()
+        if kind == "always_scale":
+            for p in params:
+                p.grad.mul_(max_norm / (norm + 1e-6))
+        elif kind == "clip_value":
+            torch.nn.utils.clip_grad_value_(params, max_norm)
+        elif kind == "per_parameter":
+            for p in params:
+                torch.nn.utils.clip_grad_norm_([p], max_norm)
+        elif kind not in ("no_clip", "clip_after"):
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if kind != "step_first":
+            optimizer.step()
+        if kind == "clip_after":
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if kind == "extra_forward":
+            loss_fn(model(batch[0]), batch[1])  # "the loss after the update", for the log
+        return loss.detach(), norm.detach(), torch.zeros(())
 
     return step
 
 
 TRAIN_STEP_MISTAKES = {
-    "the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; "
-    "eval() from a validation pass sticks until you switch back.": _variant(train=False),
-    "gradients accumulated across steps (and the stale .grad from the validation pass was added): "
-    "call optimizer.zero_grad(set_to_none=True) before loss.backward().": _variant(zero="never"),
-    # These wrong orders have the same effect, so one hint names them together.
-    "optimizer.step() found no gradients (zero_grad ran after backward, or step ran before backward): "
-    "the order is zero_grad, forward, loss, backward, clip, step.": _variant(zero="after_backward"),
-    "the update used unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) "
-    "after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet; "
-    "after step it is too late).": _variant(clip=False),
+    "eval": "the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; "
+            "eval() from the validation pass sticks until you switch back.",
+    "train_late": "model.train() came after the forward pass, so Dropout was still off for it: switch the mode "
+                  "first, at the top of the step.",
+    "no_zero": "stale gradients: the validation pass left .grad full and backward() adds into it. "
+               "Call optimizer.zero_grad(set_to_none=True) before loss.backward().",
+    "zero_after": "optimizer.step() found no gradients: zero_grad ran after backward and threw them away. "
+                  "Clear the gradients before backward, never between backward and step.",
+    "step_first": "optimizer.step() ran before loss.backward(), so it found no gradient of this batch. "
+                  "The order is zero_grad, forward, loss, backward, clip, step.",
+    "no_clip": "the update used unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) "
+               "after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet).",
+    "clip_after": "the gradients were clipped after optimizer.step(): the update had already used the unclipped ones. "
+                  "Clip between backward and step.",
+    "always_scale": "the gradients were scaled to norm max_norm although their norm was already below it: "
+                    "clipping only ever scales down (clip_grad_norm_ leaves them as they are then).",
+    "clip_value": "clip_grad_value_ clamps each element; the exercise clips the total norm of all gradients "
+                  "together: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+    "per_parameter": "each parameter's gradient was clipped on its own; the norm to clip is the total norm of all "
+                     "gradients taken together (one call of clip_grad_norm_ on model.parameters()).",
+    "extra_forward": "the step ran the model a second time (for the log?): in train mode that draws new Dropout "
+                     "masks, so the RNG state (and every later step) differs. Log the loss of the one forward pass.",
 }
 
 
-def _check_returned(value, expected: torch.Tensor, label: str) -> None:
-    if isinstance(value, (float, int)):
+def _number(value, label: str, what: str) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.grad_fn is not None or value.requires_grad:
+            raise ExerciseError(
+                f"`train_step` returned {what} with its autograd graph for {label}: whoever logs it keeps the "
+                "graph (and its saved tensors) alive. Return `.detach()` (a tensor without graph) or `.item()`."
+            )
+        if value.numel() != 1:
+            raise ExerciseError(f"{what} should be one number, got a tensor of shape {tuple(value.shape)} for {label}.")
+        return float(value.detach())
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        return float(value)
+    raise ExerciseError(f"{what} should be a Python float or a 0-dim tensor, got {type(value).__name__} for {label}.")
+
+
+def _call_step(fn, args, name, label):
+    try:
+        return call_learner(fn, args, name, label)
+    except ExerciseError as error:
+        if "does not require grad" in str(error):
+            raise ExerciseError(
+                f"{error}\nHint: the forward pass ran without autograd (under torch.no_grad() or inference_mode, "
+                "or the loss was detached), so backward has no graph. Only the logging may be outside autograd."
+            ) from None
+        raise
+
+
+def _check_numbers(returned, ref_returned, label: str, ratio_variants: dict, clipped_norm: float) -> None:
+    if not isinstance(returned, (tuple, list)) or len(returned) != 3:
         raise ExerciseError(
-            f"`train_step` returned a Python number for {label}. Return `loss.detach()`: a tensor without a graph "
-            "(`.item()` forces a device sync on every step; log with .item() only when you print)."
+            f"`train_step` should return three numbers (loss, grad_norm, update_ratio); got {type(returned).__name__}"
+            f"{'' if not isinstance(returned, (tuple, list)) else f' of length {len(returned)}'} for {label}."
         )
-    if not isinstance(value, torch.Tensor):
-        raise ExerciseError(f"`train_step` should return the loss tensor (`loss.detach()`), got {type(value).__name__}.")
-    if value.grad_fn is not None or value.requires_grad:
-        raise ExerciseError(
-            f"`train_step` returned the raw loss for {label}: it carries its whole autograd graph. "
-            "Return `loss.detach()` so a caller who logs it does not keep graphs alive."
-        )
-    compare(value, expected, what="the returned loss", label=label)
+    loss, norm, ratio = (_number(v, label, w) for v, w in zip(returned, ("the loss", "grad_norm", "update_ratio")))
+    ref_loss, ref_norm, ref_ratio = (float(v) for v in ref_returned)
+
+    def same(a, b, rtol=1e-6):
+        return abs(a - b) <= rtol * abs(b) + 1e-12
+
+    if not same(loss, ref_loss):
+        raise ExerciseError(f"the returned loss is {loss:.6g}, expected {ref_loss:.6g} (the loss of this batch before "
+                            f"the update) for {label}.")
+    if not same(norm, ref_norm):
+        hint = ("that is the norm after clipping: take the total norm before clipping (clip_grad_norm_ returns it)."
+                if same(norm, clipped_norm, rtol=1e-5) else
+                "grad_norm is the L2 norm of all parameter gradients taken together, before clipping.")
+        raise ExerciseError(f"grad_norm is {norm:.6g}, expected {ref_norm:.6g} for {label}.\nHint: {hint}")
+    if not same(ratio, ref_ratio):
+        hint = "update_ratio = ‖θ_after − θ_before‖ / ‖θ_before‖ with θ all parameters as one vector."
+        if ratio == 0.0:
+            hint = ("your θ_before changed with the parameters: `p.detach()` (and a list of them) shares storage with p, "
+                    "and optimizer.step() updates p in place. Keep a copy: `.clone()` (or torch.cat / "
+                    "parameters_to_vector, which allocate new memory).")
+        for text, value in ratio_variants.items():
+            if same(ratio, value):
+                hint = text
+        raise ExerciseError(f"update_ratio is {ratio:.6g}, expected {ref_ratio:.6g} for {label}.\nHint: {hint}")
+
+
+def _ratio_variants(seed: int, max_norm: float, step: int) -> dict[str, float]:
+    """Wrong update ratios a learner may compute at ``step``, for the hint."""
+    with torch.random.fork_rng(devices=[]):
+        model, optimizer, batches, (vx, vy) = _step_data(seed)
+        loss_fn = torch.nn.MSELoss()
+        torch.manual_seed(1000 + seed)
+        for i in range(step + 1):  # replay the check's run up to this step
+            model.eval()
+            loss_fn(model(vx), vy).backward()
+            before = [p.detach().clone() for p in model.parameters()]
+            _reference_step(model, batches[i], optimizer, loss_fn, max_norm)
+        after = [p.detach() for p in model.parameters()]
+    per = [float((a - b).norm() / b.norm()) for a, b in zip(after, before)]
+    delta = torch.cat([(a - b).reshape(-1) for a, b in zip(after, before)]).norm()
+    return {
+        "that is the mean of the per-parameter ratios: take one norm over all parameters as one vector.": sum(per) / len(per),
+        "divide by ‖θ_before‖, the parameters before the step, not after it.":
+            float(delta / torch.cat([a.reshape(-1) for a in after]).norm()),
+    }
 
 
 def check_train_step(train_step: Callable) -> None:
-    """Check ``train_step(model, batch, optimizer, loss_fn, max_norm)`` over three steps against the reference.
+    """Check ``train_step(model, batch, optimizer, loss_fn, max_norm) -> (loss, grad_norm, update_ratio)``.
+
+    Three steps, each right after a validation pass that left eval mode and stale ``.grad``;
+    all six states are compared with the reference after every step, with ``max_norm``
+    below and above the gradient norm.
 
     >>> check_train_step(_reference_step)
-    ✓ train_step matches the reference step on 2 seeds × 3 steps (mode, zero_grad, clip, step, detach)
+    ✓ train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) and reports loss, grad_norm and update_ratio
     """
 
     def call(fn, args, i):
-        return call_learner(fn, args, "train_step", f"step {i + 1}")
+        return _call_step(fn, args, "train_step", f"step {i + 1}")
 
-    for seed in (0, 1):
-        label = f"seed {seed}, 3 steps on a Linear-Tanh-Dropout-Linear model (float64, batch 6)"
-        ref_model, ref_losses = _run_steps(_reference_step, seed)
-        model, losses = _run_steps(train_step, seed, call)
-        if not model.training:
-            raise ExerciseError(
-                "after `train_step` the model is still in eval mode: call model.train() at the start of the step "
-                "(the check starts from a model left in eval mode by a validation pass)."
-            )
-        wrong = {hint: _flat_params(_run_steps(fn, seed)[0]) for hint, fn in TRAIN_STEP_MISTAKES.items()}
-        compare(_flat_params(model), _flat_params(ref_model), what="the parameter vector after three steps",
-                label=label, mistakes=wrong)
-        for i, (got, expected) in enumerate(zip(losses, ref_losses)):
-            _check_returned(got, expected, f"step {i + 1} of {label}")
-    passed("train_step matches the reference step on 2 seeds × 3 steps (mode, zero_grad, clip, step, detach)")
+    for seed, max_norm, setting in STEP_SETUPS:
+        reference = _run_steps(_reference_step, seed, max_norm)
+        mine = _run_steps(train_step, seed, max_norm, call)
+        wrong = {kind: _run_steps(_variant(kind), seed, max_norm) for kind in TRAIN_STEP_MISTAKES}
+        for i, (got, ref) in enumerate(zip(mine, reference)):
+            label = f"step {i + 1} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)"
+            if got.batch_changed:
+                raise ExerciseError(
+                    f"`train_step` changed the caller's batch for {label}. Hint: `x = batch[0]` is the caller's tensor, "
+                    "not a copy; an in-place op on it (`x -= ...`, `x.div_(...)`) changes the data set itself. "
+                    "Write `x = batch[0] - ...` instead."
+                )
+            if got.state.mode != "train":
+                raise ExerciseError(f"after `train_step` the model is in {got.state.mode} mode for {label}.\n"
+                                    f"Hint: {TRAIN_STEP_MISTAKES['eval']}")
+            differ = _differences(got.state, ref.state)
+            if differ:
+                for kind, hint in TRAIN_STEP_MISTAKES.items():
+                    if all(not _differences(m.state, w.state) for m, w in zip(mine, wrong[kind])):
+                        raise ExerciseError(f"after {label}, these states differ from the reference: "
+                                            f"{', '.join(differ)}.\nHint: {hint}")
+                hint = ("step through your function with TrainStepInspector(train_step) and compare each line's "
+                        "changes with the state table at the top of the chapter.")
+                if differ == ["RNG state"]:
+                    hint = ("only the RNG state differs: your step drew random numbers the reference does not draw "
+                            "(a second forward pass in train mode, torch.rand..., or a reseed).")
+                raise ExerciseError(f"after {label}, these states differ from the reference: {', '.join(differ)}.\n"
+                                    f"Hint: {hint}")
+            ref_norm = float(ref.returned[1])
+            _check_numbers(got.returned, ref.returned, label, _ratio_variants(seed, max_norm, i), min(ref_norm, max_norm))
+    passed("train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) "
+           "and reports loss, grad_norm and update_ratio")
 
 
-# --------------------------------------------------------------------------- exercise: optimizer coverage
+# --------------------------------------------------------------------------- exercise 2: optimizer coverage
 
 
 def _coverage_reference(model, optimizer) -> tuple[list[str], list[str]]:
@@ -197,16 +383,24 @@ def _names(result, label: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
+def _layout(model, optimizer) -> tuple:
+    """What optimizer_coverage must leave alone: requires_grad flags and the param groups' members."""
+    return ([(n, p.requires_grad) for n, p in model.named_parameters()],
+            [[id(p) for p in group["params"]] for group in optimizer.param_groups])
+
+
 def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
     """Check ``optimizer_coverage(model, optimizer) -> (missing, frozen_inside)``: lists of parameter names.
 
     >>> check_optimizer_coverage(_coverage_reference)
-    ✓ optimizer_coverage finds the uncovered and the stale parameters in 4 set-ups
+    ✓ optimizer_coverage finds the uncovered and the stale parameters in 4 set-ups, and changes nothing
     """
     scenarios = list(_coverage_scenarios())
     for label, model, optimizer in scenarios:
+        layout = _layout(model, optimizer)
         try:
-            result = call_learner(optimizer_coverage, (model, optimizer), "optimizer_coverage", label)
+            with _course_helpers_off(("_optimizer_state",), "find which parameters the optimizer holds"):
+                result = call_learner(optimizer_coverage, (model, optimizer), "optimizer_coverage", label)
         except ExerciseError as error:
             if "ambiguous" in str(error) or "must match the size" in str(error):
                 raise ExerciseError(
@@ -214,6 +408,11 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
                     "Compare identities: build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}`."
                 ) from None
             raise
+        if _layout(model, optimizer) != layout:
+            raise ExerciseError(
+                f"`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a "
+                "param group's members). It should only look: report the problems, do not fix them."
+            )
         got_missing, got_frozen = _names(result, label)
         missing, frozen = (sorted(x) for x in _coverage_reference(model, optimizer))
         if (got_missing, got_frozen) == (missing, frozen):
@@ -238,114 +437,10 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
         else:
             hint = "go through every param group (optimizer.param_groups[i]['params']), and compare with id(p)."
         raise ExerciseError(f"{head}\nHint: {hint}")
-    passed(f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups")
+    passed(f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups, and changes nothing")
 
 
-# --------------------------------------------------------------------------- exercise: manual SGD update
-
-
-def _sgd_params(seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    shapes = [(3, 2), (4,), (1, 5), (2, 1, 3)]
-    params = []
-    for i, shape in enumerate(shapes):
-        p = torch.nn.Parameter(torch.randn(shape, generator=gen, dtype=torch.float64))
-        if i != 2:  # one parameter got no gradient this step (unused branch)
-            p.grad = torch.randn(shape, generator=gen, dtype=torch.float64)
-        params.append(p)
-    return params
-
-
-def _sgd_reference(params, lr, weight_decay):
-    with torch.no_grad():
-        for p in params:
-            if p.grad is not None:
-                p -= lr * (p.grad + weight_decay * p)
-
-
-def _sgd_wrong(kind):
-    def update(params, lr, weight_decay):
-        with torch.no_grad():
-            for p in params:
-                g = p.grad if p.grad is not None else torch.zeros_like(p)
-                if kind == "ascent":
-                    p += lr * (g + weight_decay * p)
-                elif kind == "no_decay":
-                    p -= lr * g
-                elif kind == "decay_unscaled":
-                    p -= lr * g + weight_decay * p
-                elif kind == "decay_on_all":
-                    p -= lr * (g + weight_decay * p)
-
-    return update
-
-
-SGD_MISTAKES = {
-    "the sign is flipped: gradient descent subtracts, p ← p − lr·(g + wd·p).": _sgd_wrong("ascent"),
-    "weight decay is missing: the step is p ← p − lr·(g + weight_decay·p).": _sgd_wrong("no_decay"),
-    "the decay term is not multiplied by lr: p ← p − lr·(g + weight_decay·p).": _sgd_wrong("decay_unscaled"),
-    "a parameter whose .grad is None was decayed: like torch.optim.SGD, skip parameters without a gradient.":
-        _sgd_wrong("decay_on_all"),
-}
-
-
-def check_sgd_update(sgd_update_: Callable) -> None:
-    """Check ``sgd_update_(params, lr, weight_decay)``: in place, under no_grad, skipping ``.grad is None``.
-
-    >>> check_sgd_update(_sgd_reference)
-    ✓ sgd_update_ updates the parameters in place, visibly to autograd, on 3 set-ups
-    """
-    settings = [(0, 0.1, 0.01), (1, 0.5, 0.0), (2, 0.03, 0.2)]
-    for seed, lr, wd in settings:
-        label = f"4 parameters of shapes (3,2), (4,), (1,5), (2,1,3), one without .grad; lr={lr}, weight_decay={wd}"
-        params = _sgd_params(seed)
-        before = [p.detach().clone() for p in params]
-        versions = [p._version for p in params]
-        _call_sgd(sgd_update_, (params, lr, wd), label)
-        expected = _sgd_params(seed)
-        _sgd_reference(expected, lr, wd)
-        if all(torch.equal(p.detach(), b) for p, b in zip(params, before)):
-            raise ExerciseError(
-                f"`sgd_update_` did not change the parameters for {label}. "
-                "Hint: `p = p - lr * g` binds a new tensor to the name p and leaves the parameter as it was: "
-                "update in place (`p -= ...` or `p.sub_(...)`) inside `with torch.no_grad():`."
-            )
-        for p in params:
-            if not p.is_leaf or p.grad_fn is not None or not p.requires_grad:
-                raise ExerciseError(
-                    "after `sgd_update_` a parameter is no longer a leaf that requires grad: "
-                    "do the update inside `with torch.no_grad():` and keep requires_grad as it is."
-                )
-        wrong = {}
-        for hint, fn in SGD_MISTAKES.items():
-            ps = _sgd_params(seed)
-            fn(ps, lr, wd)
-            wrong[hint] = torch.cat([p.detach().reshape(-1) for p in ps])
-        compare(torch.cat([p.detach().reshape(-1) for p in params]), torch.cat([p.detach().reshape(-1) for p in expected]),
-                what="the updated parameters", label=label, mistakes=wrong)
-        changed = [i for i, p in enumerate(params) if p.grad is not None and p._version == versions[i]]
-        if changed:
-            raise ExerciseError(
-                "the values are right, but autograd did not see the change (the version counter did not move): "
-                "that is what `.data` does. Use `with torch.no_grad(): p -= ...` instead, so autograd can still "
-                "detect a parameter modified after it was saved for backward."
-            )
-    passed("sgd_update_ updates the parameters in place, visibly to autograd, on 3 set-ups")
-
-
-def _call_sgd(fn, args, label):
-    try:
-        return call_learner(fn, args, "sgd_update_", label)
-    except ExerciseError as error:
-        text = str(error)
-        if "leaf Variable that requires grad" in text:
-            text += "\nHint: an in-place change of a parameter must happen inside `with torch.no_grad():`."
-        elif "NoneType" in text:
-            text += "\nHint: some parameter has `.grad is None` (it got no gradient): skip it."
-        raise ExerciseError(text) from None
-
-
-# --------------------------------------------------------------------------- exercise: evaluate
+# --------------------------------------------------------------------------- exercise 3: evaluate
 
 
 def _eval_model(seed: int) -> torch.nn.Module:
@@ -377,77 +472,108 @@ class _RecordingLoss:
 
 
 def _evaluate_reference(model, batches, loss_fn) -> float:
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for x, y in batches:
             total += loss_fn(model(x), y).item() * len(x)
             count += len(x)
-    model.train(was_training)
+    for m, mode in modes.items():
+        m.training = mode
     return total / count
 
 
+# (label, how the model comes in): train mode, eval mode, and fine-tuning with a frozen BatchNorm kept in eval.
+EVAL_SETUPS = (
+    ("train", "in train mode"),
+    ("eval", "in eval mode"),
+    ("mixed", "in train mode with its BatchNorm kept in eval mode (a frozen layer during fine-tuning)"),
+)
+
+
+def _set_mode(model, how: str) -> None:
+    model.train(how != "eval")
+    if how == "mixed":
+        model[1].eval()
+
+
 def check_evaluate(evaluate: Callable) -> None:
-    """Check ``evaluate(model, batches, loss_fn) -> float``: eval mode, no graphs, per-sample mean, mode restored.
+    """Check ``evaluate(model, batches, loss_fn) -> float``: eval mode, no graphs, per-sample mean, modes restored.
 
     >>> check_evaluate(_evaluate_reference)
-    ✓ evaluate gives the per-sample mean loss and leaves no trace (modes, BatchNorm statistics, graphs) in 2 set-ups
+    ✓ evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) in 3 set-ups
     """
-    for seed, start_training in ((0, True), (1, False)):
+    for seed, (how, described) in enumerate(EVAL_SETUPS):
         model = _eval_model(seed)
-        model.train(start_training)
+        _set_mode(model, how)
+        modes = [m.training for m in model.modules()]
         state = copy.deepcopy(model.state_dict())
         batches = _eval_batches(seed)
+        kept = [(x.clone(), y.clone()) for x, y in batches]
         loss_fn = _RecordingLoss()
-        label = f"a Linear-BatchNorm-ReLU-Dropout-Linear model in {'train' if start_training else 'eval'} mode, batches of 5, 3, 7"
-        torch.manual_seed(7)
-        got = call_learner(evaluate, (model, batches, loss_fn), "evaluate", label)
-        if any(loss_fn.grad_enabled):
+        recorded = []
+        hook = model[0].register_forward_hook(lambda module, args, out: recorded.append(out.requires_grad))
+        label = f"a Linear-BatchNorm-ReLU-Dropout-Linear model {described}, batches of 5, 3, 7"
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(7)
+                got = call_learner(evaluate, (model, batches, loss_fn), "evaluate", label)
+        finally:
+            hook.remove()
+        if any(loss_fn.grad_enabled) or any(recorded):
             raise ExerciseError(
                 f"`evaluate` built autograd graphs for {label}: run the loop under `torch.no_grad()` "
-                "(or `torch.inference_mode()`); eval() alone does not turn gradients off."
+                "(or `torch.inference_mode()`); eval() alone does not turn gradients off, and detaching the "
+                "output afterwards does not undo the graph the forward pass recorded."
             )
+        if any(not (torch.equal(x, kx) and torch.equal(y, ky)) for (x, y), (kx, ky) in zip(batches, kept)):
+            raise ExerciseError(f"`evaluate` changed the caller's batches for {label}: compute on them, never in place.")
         bn = model[1]
         if not torch.equal(bn.running_mean, state["1.running_mean"]) or int(bn.num_batches_tracked) != int(state["1.num_batches_tracked"]):
             raise ExerciseError(
                 f"`evaluate` changed BatchNorm's running statistics for {label}: call model.eval() before the loop "
                 "(no_grad() does not stop BatchNorm from updating them in train mode)."
             )
-        if model.training != start_training:
-            raise ExerciseError(
-                f"`evaluate` left the model in {'train' if model.training else 'eval'} mode, but it came in "
-                f"{'train' if start_training else 'eval'} mode: remember `was_training = model.training` and call "
-                "`model.train(was_training)` at the end."
-            )
+        now = [m.training for m in model.modules()]
+        if now != modes:
+            if how == "mixed" and all(now):
+                hint = ("`model.train(...)` sets every submodule to the same mode, so the BatchNorm kept in eval mode "
+                        "came back in train mode. Remember each module's `training` flag "
+                        "(e.g. `{m: m.training for m in model.modules()}`) and restore each one.")
+            else:
+                came = {"train": "train", "eval": "eval", "mixed": "mixed (BatchNorm in eval)"}[how]
+                hint = (f"it came in {came} mode and leaves in {module_mode(model)} mode: remember "
+                        "each module's `training` flag when `evaluate` starts and restore it at the end.")
+            raise ExerciseError(f"`evaluate` did not leave every module in the mode it came in for {label}.\nHint: {hint}")
         if isinstance(got, torch.Tensor):
             raise ExerciseError("`evaluate` should return a Python float: use `.item()` on the loss (inside no_grad it is cheap).")
-        if not isinstance(got, (float, int)):
+        if not isinstance(got, (float, int)) or isinstance(got, bool):
             raise ExerciseError(f"`evaluate` should return a Python float, got {type(got).__name__}.")
         expected = _evaluate_reference(model, batches, torch.nn.functional.mse_loss)
-        mean_of_means = sum(torch.nn.functional.mse_loss(_eval_out(model, x), y).item() for x, y in batches) / len(batches)
-        compare(
-            torch.tensor(float(got), dtype=torch.float64), torch.tensor(expected, dtype=torch.float64),
-            what="the mean loss", label=label,
-            mistakes={
-                "that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. "
-                "Weight each batch's loss by its size and divide by the number of samples.":
-                    torch.tensor(mean_of_means, dtype=torch.float64)
-            },
-        )
-    passed("evaluate gives the per-sample mean loss and leaves no trace (modes, BatchNorm statistics, graphs) in 2 set-ups")
+        outputs = [_eval_out(model, x) for x, _ in batches]
+        mean_of_means = sum(torch.nn.functional.mse_loss(o, y).item() for o, (_, y) in zip(outputs, batches)) / len(batches)
+        if abs(got - expected) > 1e-9 * abs(expected):
+            hint = "average over samples: weight each batch's mean loss by its size and divide by the number of samples."
+            if abs(got - mean_of_means) <= 1e-9 * abs(mean_of_means):
+                hint = ("that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. "
+                        "Weight each batch's loss by its size and divide by the number of samples.")
+            raise ExerciseError(f"`evaluate` returned {got:.6g}, expected {expected:.6g} for {label}.\nHint: {hint}")
+    passed("evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) "
+           f"in {len(EVAL_SETUPS)} set-ups")
 
 
 def _eval_out(model, x):
-    was = model.training
+    modes = {m: m.training for m in model.modules()}
     model.eval()
     with torch.no_grad():
         out = model(x)
-    model.train(was)
+    for m, mode in modes.items():
+        m.training = mode
     return out
 
 
-# --------------------------------------------------------------------------- exercise: exact resume
+# --------------------------------------------------------------------------- exercise 4: exact resume
 
 
 def _resume_objects(seed: int):
@@ -478,59 +604,117 @@ def _save_reference(model, optimizer, scheduler) -> dict:
 
 
 def _load_reference(state, model, optimizer, scheduler) -> None:
+    # optimizer.load_state_dict adopts the checkpoint's tensors (same dtype and device: no copy), and
+    # training then updates them in place: load from a copy so the checkpoint stays as it was saved.
+    state = copy.deepcopy(state)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng"])
 
 
-def check_resume(save_state: Callable, load_state: Callable) -> None:
-    """Check that ``load_state(save_state(...), fresh objects)`` continues training bit for bit.
+def _optimizer_tensors(optimizer) -> list[torch.Tensor]:
+    return [v.detach().clone() for s in optimizer.state_dict()["state"].values() for v in s.values()
+            if isinstance(v, torch.Tensor)]
 
-    >>> check_resume(_save_reference, _load_reference)
-    ✓ training resumed from your checkpoint is bit-exact with uninterrupted training (model, AdamW, StepLR, RNG)
+
+_RESUME_HELPERS = ("_save_parts", "_load_parts", "resume_experiment")
+
+
+def _resume(state, load_state, seed: int, label: str, at_save: dict, again: bool = False) -> torch.Tensor:
+    """Load ``state`` into objects built from ``seed`` in another RNG state, check them, train 3 more steps.
+
+    ``again``: the checkpoint was loaded and trained from before, so a difference means
+    that the earlier resume changed the checkpoint.
     """
-    label = "3 steps of AdamW + StepLR on a model with Dropout, checkpoint, 3 more steps"
-    model, optimizer, scheduler = _resume_objects(0)
-    _resume_train(model, optimizer, scheduler, range(3))
-    at_save = {
-        "params": _flat_params(model).clone(), "rng": torch.get_rng_state(),
-        "lr": scheduler.get_last_lr()[0], "step": optimizer.state[next(model.parameters())]["step"].clone(),
-    }
-    state = call_learner(save_state, (model, optimizer, scheduler), "save_state", label)
-    _resume_train(model, optimizer, scheduler, range(3, 6))  # the uninterrupted run goes on with the live objects
-    expected = _flat_params(model)
+    fresh, fresh_opt, fresh_sched = _resume_objects(seed)  # other initial weights
+    torch.manual_seed(1000 + seed)  # and another RNG state, as in a new process
+    with _course_helpers_off(_RESUME_HELPERS, "write the checkpoint code"):
+        call_learner(load_state, (state, fresh, fresh_opt, fresh_sched), "load_state", label)
 
-    fresh, fresh_opt, fresh_sched = _resume_objects(1)  # different initial weights
-    torch.manual_seed(12345)  # and a different RNG state, as in a new process
-    call_learner(load_state, (state, fresh, fresh_opt, fresh_sched), "load_state", label)
-    if torch.equal(_flat_params(fresh), expected):
+    def fail(what: str, message: str):
+        if not again:
+            raise ExerciseError(message)
         raise ExerciseError(
-            "after load_state the model holds the weights from the END of the run, not from the checkpoint: "
-            "state_dict() returns references to the live tensors, which kept changing. "
-            "Copy them when saving (copy.deepcopy(...), or torch.save to a file/buffer)."
+            f"the first resume was bit-exact, but loading the same checkpoint again restored other {what}: "
+            "training after the first resume changed the checkpoint.\nHint: `optimizer.load_state_dict(...)` keeps "
+            "the checkpoint's own tensors as the optimizer's state (no copy when dtype and device match; "
+            "`model.load_state_dict(..., assign=True)` does the same with the weights), and training updates them "
+            "in place. Load from a copy (copy.deepcopy, or torch.load of bytes written by torch.save)."
         )
-    if not torch.equal(_flat_params(fresh), at_save["params"]):
-        raise ExerciseError("after load_state the model's weights differ from the checkpoint: load model.state_dict().")
+
+    params = _flat_params(fresh)
+    if torch.equal(params, at_save["end"]):
+        fail("model weights", (
+            f"after load_state ({label}) the model holds the weights from the END of the run, not from the checkpoint: "
+            "state_dict() returns references to the live tensors, which kept changing. "
+            "Copy them when saving (copy.deepcopy(...), or torch.save to a file/buffer)."))
+    if not torch.equal(params, at_save["params"]):
+        fail("model weights", f"after load_state ({label}) the model's weights differ from the checkpoint: "
+                              "load model.state_dict().")
     first = next(fresh.parameters())
     if first not in fresh_opt.state or not torch.equal(fresh_opt.state[first]["step"], at_save["step"]):
-        raise ExerciseError(
-            "the optimizer state was not restored (AdamW's step count and moment estimates start from zero): "
-            "save optimizer.state_dict() and load it into the new optimizer."
-        )
+        fail("optimizer state", (
+            f"the optimizer state was not restored ({label}): AdamW's step count and moment estimates start from zero. "
+            "Save optimizer.state_dict() and load it into the new optimizer."))
+    if not all(torch.equal(a, b) for a, b in zip(_optimizer_tensors(fresh_opt), at_save["optimizer"])):
+        fail("optimizer state", f"the optimizer state after load_state ({label}) differs from the one at the checkpoint.")
     if fresh_sched.get_last_lr()[0] != at_save["lr"]:
-        raise ExerciseError(
-            f"the learning-rate schedule was not restored: lr is {fresh_sched.get_last_lr()[0]:g}, "
-            f"it was {at_save['lr']:g} at the checkpoint. Save and load scheduler.state_dict()."
-        )
+        fail("learning-rate schedule", (
+            f"the learning-rate schedule was not restored ({label}): lr is {fresh_sched.get_last_lr()[0]:g}, "
+            f"it was {at_save['lr']:g} at the checkpoint. Save and load scheduler.state_dict()."))
     if not torch.equal(torch.get_rng_state(), at_save["rng"]):
-        raise ExerciseError(
-            "the RNG state was not restored, so Dropout draws different masks after resuming: "
-            "save torch.get_rng_state() and restore it with torch.set_rng_state(...)."
-        )
+        fail("RNG state", (
+            f"the RNG state was not restored ({label}), so Dropout draws different masks after resuming: "
+            "save torch.get_rng_state() and restore it with torch.set_rng_state(...) (a seed restarts the "
+            "sequence from its beginning, not from where the run stopped)."))
     _resume_train(fresh, fresh_opt, fresh_sched, range(3, 6))
-    got = _flat_params(fresh)
-    if not torch.equal(got, expected):
-        diff = float((got - expected).abs().max())
-        raise ExerciseError(f"the resumed run is not bit-exact: max |Δparameter| = {diff:.3g} after 3 more steps.")
-    passed("training resumed from your checkpoint is bit-exact with uninterrupted training (model, AdamW, StepLR, RNG)")
+    return _flat_params(fresh)
+
+
+def check_resume(save_state: Callable, load_state: Callable) -> None:
+    """Check that ``load_state(save_state(...), fresh objects)`` continues training bit for bit, twice.
+
+    The saved run trains on after ``save_state``; the checkpoint is then loaded into two
+    fresh runs one after the other (a resume that crashed is retried from it).
+
+    >>> check_resume(_save_reference, _load_reference)
+    ✓ both resumes from your checkpoint are bit-exact with uninterrupted training (model, AdamW, StepLR, RNG)
+    """
+    label = "3 steps of AdamW + StepLR on a model with Dropout, checkpoint, 3 more steps"
+    with torch.random.fork_rng(devices=[]):
+        model, optimizer, scheduler = _resume_objects(0)
+        _resume_train(model, optimizer, scheduler, range(6))
+        expected = _flat_params(model)
+
+        model, optimizer, scheduler = _resume_objects(0)
+        _resume_train(model, optimizer, scheduler, range(3))
+        at_save = {
+            "params": _flat_params(model).clone(), "rng": torch.get_rng_state(), "lr": scheduler.get_last_lr()[0],
+            "step": optimizer.state[next(model.parameters())]["step"].clone(), "optimizer": _optimizer_tensors(optimizer),
+        }
+        with _course_helpers_off(_RESUME_HELPERS, "write the checkpoint code"):
+            state = call_learner(save_state, (model, optimizer, scheduler), "save_state", label)
+        if not torch.equal(torch.get_rng_state(), at_save["rng"]) or not model.training:
+            raise ExerciseError(
+                "`save_state` changed the run it saved (it drew random numbers, reseeded, or switched the model's "
+                "mode): saving must only read the state."
+            )
+        _resume_train(model, optimizer, scheduler, range(3, 6))  # the saved run goes on training
+        at_save["end"] = _flat_params(model)
+        if not torch.equal(at_save["end"], expected):
+            raise ExerciseError("`save_state` changed the run it saved: after it, training did not continue as it "
+                                "would have without a checkpoint. Saving must only read the state.")
+
+        first = _resume(state, load_state, 1, "first resume", at_save)
+        if not torch.equal(first, expected):
+            diff = float((first - expected).abs().max())
+            raise ExerciseError(f"the resumed run is not bit-exact: max |Δparameter| = {diff:.3g} after 3 more steps.")
+        second = _resume(state, load_state, 2, "second resume from the same checkpoint", at_save, again=True)
+        if not torch.equal(second, expected):
+            diff = float((second - expected).abs().max())
+            raise ExerciseError(
+                f"the second resume from the same checkpoint is not bit-exact (max |Δparameter| = {diff:.3g}): "
+                "training after the first resume changed the checkpoint. Load from a copy."
+            )
+    passed("both resumes from your checkpoint are bit-exact with uninterrupted training (model, AdamW, StepLR, RNG)")

@@ -90,6 +90,7 @@ class Node:
     inputs_without_grad: int = 0  # None entries of next_functions: inputs that need no gradient
     forward_index: int | None = None  # order in which the forward pass created this op (0 = first)
     group: str | None = None  # module group (by parameter-name prefix), for collapsed drawings
+    note: str = ""  # e.g. a sparse or meta leaf whose memory cannot be accounted for
 
     def __repr__(self) -> str:
         extra = f", param={self.param_name!r}" if self.param_name else ""
@@ -158,6 +159,9 @@ class Graph:
         if saved:
             text += f", {format_bytes(self.saved_bytes())}"
         stale, freed = self.count_state("stale"), self.count_state("freed")
+        uncounted = len(self.uncounted())
+        if uncounted:
+            text += f"; {uncounted} not counted"
         if stale:
             text += f"; {stale} STALE"
         if freed:
@@ -209,6 +213,22 @@ class Graph:
     def stale(self) -> list[tuple[Node, Saved]]:
         """Saved tensors modified in place since they were saved: backward will raise on them."""
         return list(self.saved_tensors("stale"))
+
+    def uncounted(self) -> list[tuple[Node, Saved]]:
+        """Live saved tensors whose memory is not in the totals (sparse, meta, nested): each ``note`` says why.
+
+        >>> import torch
+        >>> from autogradlab.graph import capture
+        >>> w = torch.randn(3, 2, requires_grad=True)
+        >>> a = torch.eye(4, 3).to_sparse()
+        >>> g = capture(torch.sparse.mm(a, w).sum(), params={"w": w})
+        >>> g
+        Graph(4 nodes: 1 output, 2 ops, 1 leaf; 1 saved tensor, 0 B; 1 not counted)
+        >>> [(s.name, s.note) for _, s in g.uncounted()]
+        [('mat1', 'sparse COO tensor: no single storage (its indices and values take 60 B); not in the memory totals')]
+        """
+        return [(n, s) for n, s in self.saved_tensors()
+                if s.state != "freed" and s.storage is None and s.shape is not None]
 
     def saved_bytes(self, include_leaves: bool = True) -> int:
         """Memory held by saved tensors, each storage counted once.

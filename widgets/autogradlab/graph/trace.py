@@ -51,7 +51,7 @@ class BackwardRecord:
 def _norm(grads: tuple) -> tuple[float | None, list[tuple | None]]:
     shapes = [tuple(g.shape) if isinstance(g, torch.Tensor) else None for g in grads]
     present = [g for g in grads if isinstance(g, torch.Tensor)]
-    if not present:
+    if not present or any(g.is_meta for g in present):  # a meta tensor has a shape but no values
         return None, shapes
     total = sum(float(g.detach().double().pow(2).sum()) for g in present)
     return math.sqrt(total), shapes

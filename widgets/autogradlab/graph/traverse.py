@@ -16,6 +16,7 @@ import torch
 from autogradlab.graph.model import Edge, Graph, Node, Saved, format_shape
 from autogradlab.graph.nogc import paused_gc
 from autogradlab.graph.saved import saved_of
+from autogradlab.units import format_bytes
 
 _CPP_PREFIX = "torch::autograd::"
 _LEAF = "AccumulateGrad"
@@ -137,6 +138,49 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
     return fns, children, roots
 
 
+_SPARSE_PARTS = {  # the tensors a sparse layout is made of (it has no single storage)
+    torch.sparse_coo: ("_indices", "_values"),
+    torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+    torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices", "values"),
+}
+
+
+def storage_of(tensor: torch.Tensor) -> tuple[int | None, int, str]:
+    """``(pointer, bytes, note)`` of the one storage behind ``tensor``, or ``(None, bytes, why)``.
+
+    Sparse (COO, CSR, ...) tensors have no single storage, meta tensors have no memory,
+    and nested or other subclass tensors may not expose theirs: such a tensor gets no
+    storage identity (it stays out of the memory totals), its own size where it can be
+    computed, and a note that says why.
+
+    >>> import torch
+    >>> storage_of(torch.zeros(3, device="meta"))
+    (None, 0, 'meta tensor: shape and dtype only, no memory (12 B on a real device); not in the memory totals')
+    >>> storage_of(torch.eye(3).to_sparse())[1:]
+    (60, 'sparse COO tensor: no single storage (its indices and values take 60 B); not in the memory totals')
+    """
+    layout = tensor.layout
+    if layout in _SPARSE_PARTS:
+        nbytes = 0
+        for part in _SPARSE_PARTS[layout]:
+            t = getattr(tensor, part)()
+            nbytes += t.numel() * t.element_size()
+        kind = str(layout).removeprefix("torch.sparse_").upper()
+        return None, nbytes, (f"sparse {kind} tensor: no single storage (its indices and values take "
+                              f"{format_bytes(nbytes)}); not in the memory totals")
+    if tensor.is_meta:
+        would = format_bytes(tensor.numel() * tensor.element_size())
+        return None, 0, f"meta tensor: shape and dtype only, no memory ({would} on a real device); not in the memory totals"
+    try:
+        storage = tensor.untyped_storage()
+        return storage.data_ptr(), storage.nbytes(), ""
+    except (RuntimeError, NotImplementedError, TypeError):  # nested (jagged) tensors, other subclasses
+        kind = "nested tensor" if tensor.is_nested else f"{type(tensor).__name__} ({str(layout).removeprefix('torch.')})"
+        return None, 0, f"{kind}: its storage cannot be read, so its memory is not in the memory totals"
+
+
 class _Storages:
     """Numbers distinct storages in order of first appearance (stable across runs, unlike pointers)."""
 
@@ -144,14 +188,13 @@ class _Storages:
         self.numbers: dict[int, int] = {}
         self.leaf_names = leaf_storage_names
 
-    def describe(self, tensor: torch.Tensor) -> tuple[int | None, int, str | None]:
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
-            return None, 0, None
-        ptr = storage.data_ptr()
+    def describe(self, tensor: torch.Tensor) -> tuple[int | None, int, str | None, int, str]:
+        """(storage number, storage bytes, leaf name, the tensor's own bytes, note)."""
+        ptr, nbytes, note = storage_of(tensor)
+        if ptr is None:
+            return None, 0, None, nbytes, note
         number = self.numbers.setdefault(ptr, len(self.numbers))
-        return number, storage.nbytes(), self.leaf_names.get(ptr)
+        return number, nbytes, self.leaf_names.get(ptr), tensor.numel() * tensor.element_size(), ""
 
 
 def capture(output: Any, params: Any = None) -> Graph:
@@ -188,11 +231,18 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
             leaf_vars[i] = variable
     leaf_storage_names: dict[int, str] = {}
     # A named parameter's memory exists anyway, even when the graph only saw it through .detach().
+    leaf_notes: dict[int, str] = {}
     for pname, tensor in named:
-        leaf_storage_names.setdefault(tensor.untyped_storage().data_ptr(), pname)
-    for variable in leaf_vars.values():
+        ptr, _, _ = storage_of(tensor)
+        if ptr is not None:
+            leaf_storage_names.setdefault(ptr, pname)
+    for i, variable in leaf_vars.items():
         label = names.get(id(variable)) or f"leaf {format_shape(tuple(variable.shape))}"
-        leaf_storage_names.setdefault(variable.untyped_storage().data_ptr(), label)
+        ptr, _, note = storage_of(variable)
+        if ptr is None:
+            leaf_notes[i] = note
+        else:
+            leaf_storage_names.setdefault(ptr, label)
     storages = _Storages(leaf_storage_names)
 
     nodes: list[Node] = []
@@ -211,6 +261,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
             variable = leaf_vars[i]
             node.shape, node.dtype = tuple(variable.shape), variable.dtype
             node.param_name = names.get(id(variable))
+            node.note = leaf_notes.get(i, "")
         elif meta:
             node.shape, node.dtype = shapes[0], meta[0].dtype
         node.inputs_without_grad = sum(1 for child, _ in children[i] if child is None)
@@ -237,10 +288,11 @@ def _to_saved(raw, storages: _Storages) -> Saved:
     if tensor is None:
         return Saved(raw.name, None, None, 0, raw.state, note=raw.note,
                      version_saved=raw.version_saved, version_now=raw.version_now, modified_by=raw.modified_by)
-    number, storage_nbytes, leaf_name = storages.describe(tensor)
+    number, storage_nbytes, leaf_name, nbytes, storage_note = storages.describe(tensor)
+    note = "; ".join(n for n in (raw.note, storage_note) if n)
     return Saved(
-        raw.name, tuple(tensor.shape), tensor.dtype, tensor.numel() * tensor.element_size(), raw.state,
+        raw.name, tuple(tensor.shape), tensor.dtype, nbytes, raw.state,
         storage=number, storage_nbytes=storage_nbytes, leaf_name=leaf_name,
         version_saved=raw.version_saved if raw.version_saved is not None else tensor._version,
-        version_now=tensor._version, modified_by=raw.modified_by, note=raw.note,
+        version_now=tensor._version, modified_by=raw.modified_by, note=note,
     )

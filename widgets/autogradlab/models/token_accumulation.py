@@ -91,18 +91,49 @@ def token_losses(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     return losses * batch.mask.to(losses.dtype)
 
 
-def micro_batch_loss(model, micro: TokenBatch, reduction: str, accum_steps: int, window_tokens: int) -> torch.Tensor:
-    """The scalar a micro-batch backpropagates under ``reduction`` (see the module docstring)."""
-    total = token_losses(model, micro).sum()
+def _reduce(total: torch.Tensor, tokens: int, reduction: str, accum_steps: int, window_tokens: int) -> torch.Tensor:
+    """A micro-batch's token-loss sum ``total`` (over ``tokens`` loss tokens) reduced as ``reduction`` says."""
     if reduction == "sum":
         return total
     if reduction == "mean":
-        return total / micro.tokens / accum_steps
+        return total / tokens / accum_steps
     if reduction == "mean (no ÷K)":
-        return total / micro.tokens
+        return total / tokens
     if reduction == "token-mean":
         return total / window_tokens
     raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+
+
+def micro_batch_loss(model, micro: TokenBatch, reduction: str, accum_steps: int, window_tokens: int) -> torch.Tensor:
+    """The scalar a micro-batch backpropagates under ``reduction`` (see the module docstring)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+    return _reduce(token_losses(model, micro).sum(), micro.tokens, reduction, accum_steps, window_tokens)
+
+
+def token_weights(batch: TokenBatch, accum_steps: int, reduction: str) -> list[float]:
+    """The weight of one loss token of each micro-batch in the accumulated loss, in units of the exact 1/N.
+
+    Measured with autograd: the derivative of the sum of the micro-batch losses with
+    respect to a token's loss, times the window's token count N. All 1.0: the
+    accumulated gradient is the gradient of the window's token mean. (Within a
+    micro-batch every counted token gets the same weight, so one number per micro-batch.)
+
+    >>> token_weights(token_batch(n_seqs=4, spread=0.0, mean_len=3), 2, "mean")
+    [1.0, 1.0]
+    """
+    if accum_steps < 1 or len(batch) % accum_steps:
+        raise ValueError(f"accum_steps={accum_steps} must divide the batch of {len(batch)} sequences")
+    per_token = torch.ones(batch.mask.shape, dtype=torch.float64, requires_grad=True)
+    size = len(batch) // accum_steps
+    total = sum(
+        _reduce(per_token[k * size:(k + 1) * size][batch.mask[k * size:(k + 1) * size]].sum(),
+                batch.slice(k * size, (k + 1) * size).tokens, reduction, accum_steps, batch.tokens)
+        for k in range(accum_steps)
+    )
+    (grad,) = torch.autograd.grad(total, per_token)
+    return [round(float(grad[k * size:(k + 1) * size][batch.mask[k * size:(k + 1) * size]].mean()) * batch.tokens, 12)
+            for k in range(accum_steps)]
 
 
 def _flat_grad(model) -> torch.Tensor:

@@ -16,6 +16,7 @@ into table cells, marking the ones that differ from an earlier snapshot.
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -43,34 +44,44 @@ class GraphStats:
 
     ``nodes``: backward nodes reachable from the tensors; ``saved_bytes``: bytes of
     saved tensors still held (each storage counted once, parameters excluded);
-    ``freed``: nodes whose saved tensors were released by a backward pass.
+    ``freed``: nodes whose saved tensors were released by a backward pass;
+    ``stale``: nodes holding a saved tensor that was modified in place after it was
+    saved (an ``optimizer.step()`` after ``backward(retain_graph=True)``): backward
+    through them raises.
     """
 
     nodes: int
     saved_bytes: int
     freed: int
+    stale: int = 0
 
     def __str__(self) -> str:
         if self.nodes == 0:
             return "none"
         status = "freed" if self.freed and not self.saved_bytes else "alive"
-        return f"{status}: {self.nodes} nodes, {format_bytes(self.saved_bytes)} saved"
+        text = f"{status}: {self.nodes} nodes, {format_bytes(self.saved_bytes)} saved"
+        return text + (f", {self.stale} stale" if self.stale else "")
 
 
-def _saved_tensors(node) -> tuple[list[torch.Tensor], bool]:
-    """The tensors a backward node saved, and whether they were already freed."""
-    tensors, freed = [], False
+def _saved_tensors(node) -> tuple[list[torch.Tensor], bool, bool]:
+    """The tensors a backward node saved, whether some were freed, and whether some are stale."""
+    tensors, freed, stale = [], False, False
     for name in dir(node):
         if not name.startswith("_saved_"):
             continue
         try:
             value = getattr(node, name)
-        except RuntimeError:  # "Trying to backward through the graph a second time ..."
-            freed = True
+        except RuntimeError as error:
+            # Reading a saved tensor raises the error backward would raise: freed by an
+            # earlier backward, or modified in place since it was saved (version check).
+            if "modified by an inplace operation" in str(error):
+                stale = True
+            else:
+                freed = True
             continue
         values = value if isinstance(value, (list, tuple)) else (value,)
         tensors.extend(v for v in values if isinstance(v, torch.Tensor))
-    return tensors, freed
+    return tensors, freed, stale
 
 
 def graph_stats(tensors: Iterable, parameters: Iterable[torch.Tensor] = ()) -> GraphStats:
@@ -87,15 +98,16 @@ def graph_stats(tensors: Iterable, parameters: Iterable[torch.Tensor] = ()) -> G
     skip = {p.untyped_storage().data_ptr() for p in parameters}
     stack = [t.grad_fn for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None]
     seen, storages = set(), set()
-    nodes = saved = freed = 0
+    nodes = saved = freed = stale = 0
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:  # id() only to deduplicate, never shown
             continue
         seen.add(id(node))
         nodes += 1
-        tensors_saved, was_freed = _saved_tensors(node)
+        tensors_saved, was_freed, was_stale = _saved_tensors(node)
         freed += was_freed
+        stale += was_stale
         for t in tensors_saved:
             key = t.untyped_storage().data_ptr()
             if key in skip or key in storages or t.untyped_storage().nbytes() == 0:
@@ -103,7 +115,7 @@ def graph_stats(tensors: Iterable, parameters: Iterable[torch.Tensor] = ()) -> G
             storages.add(key)
             saved += t.untyped_storage().nbytes()
         stack.extend(fn for fn, _ in node.next_functions if fn is not None)
-    return GraphStats(nodes, saved, freed)
+    return GraphStats(nodes, saved, freed, stale)
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -284,7 +296,11 @@ def describe(after: Snapshot, before: Snapshot | None = None) -> list[Cell]:
 
 
 def train_step(model, batch, optimizer, loss_fn, device="cpu", max_norm=0.5):
-    """The robust training step of chapter 06 (the inspector's default program)."""
+    """The robust training step of chapter 06 (the inspector's default program).
+
+    >>> train_step(**small_setup()).grad_fn is None
+    True
+    """
     model.train()
     inputs, targets = batch[0].to(device), batch[1].to(device)
     optimizer.zero_grad(set_to_none=True)
@@ -429,3 +445,200 @@ def trace_table(history: list[LineTrace], width: int = 44) -> str:
         if t.error:
             rows.append(f"  ✗ {t.error}")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- exact resume
+
+RESUME_PARTS = ("model", "optimizer", "scheduler", "scaler", "rng", "data")
+_BATCHES_PER_EPOCH = 6
+
+
+def _resume_run(seed: int) -> dict:
+    """A small training run with every piece of state a checkpoint must hold.
+
+    ``seed`` sets the initial weights and the global RNG, as a new process would; the
+    data set and the shuffling seed come from the run's configuration and do not change.
+    """
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8 * _BATCHES_PER_EPOCH, 4, generator=gen, dtype=torch.float64)
+    dataset = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1)
+    ).double()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    # The loader shuffles with its own generator: the data order then never depends on
+    # how many Dropout masks were drawn (without one it draws from the global RNG).
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(7))
+    return {
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5),
+        "scaler": torch.amp.GradScaler("cpu", init_scale=2.0**4, growth_interval=1),
+        "loader": loader,
+        # Where the loop is: the epoch, the batches of it already trained on, and the
+        # shuffle generator's state when the epoch began (replaying it replays the order).
+        "position": {"epoch": 0, "batch": 0, "epoch_start": loader.generator.get_state()},
+    }
+
+
+def _resume_train(run: dict, steps: int, scaler: bool = True) -> None:
+    """``steps`` more optimizer steps, continuing from ``run["position"]``."""
+    model, optimizer, loader, position = run["model"], run["optimizer"], run["loader"], run["position"]
+    while steps > 0:
+        if position["batch"] == 0:
+            position["epoch_start"] = loader.generator.get_state()
+        else:  # resuming inside an epoch: replay its order, skip what was trained on
+            loader.generator.set_state(position["epoch_start"])
+        for i, (x, y) in enumerate(loader):
+            if i < position["batch"]:
+                continue
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            if scaler:
+                run["scaler"].scale(loss).backward()
+                run["scaler"].step(optimizer)
+                run["scaler"].update()
+            else:
+                loss.backward()
+                optimizer.step()
+            run["scheduler"].step()
+            position["batch"], steps = i + 1, steps - 1
+            if steps == 0:
+                break
+        if position["batch"] == len(loader):
+            position.update(epoch=position["epoch"] + 1, batch=0)
+
+
+def _save_parts(run: dict, parts: Iterable[str]) -> bytes:
+    """A checkpoint of ``parts`` of ``run``, written with torch.save: it shares no tensor with the run."""
+    checkpoint = {}
+    for part in parts:
+        if part == "rng":
+            checkpoint["rng"] = {"cpu": torch.get_rng_state()}
+            if torch.cuda.is_available():  # CUDA ops (Dropout on the GPU) draw from these, not the CPU's
+                checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        elif part == "data":
+            checkpoint["data"] = dict(run["position"])
+        else:
+            checkpoint[part] = run[part].state_dict()
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    return buffer.getvalue()
+
+
+def _load_parts(blob: bytes, run: dict, parts: Iterable[str] = RESUME_PARTS) -> None:
+    """Restore ``parts`` of the checkpoint into ``run``; ``torch.load`` makes new tensors on every load."""
+    checkpoint = torch.load(io.BytesIO(blob), weights_only=True)
+    for part, state in checkpoint.items():
+        if part not in parts:
+            continue
+        if part == "rng":
+            torch.set_rng_state(state["cpu"])
+            if "cuda" in state:
+                torch.cuda.set_rng_state_all(state["cuda"])
+        elif part == "data":
+            run["position"].update(state)
+        else:
+            run[part].load_state_dict(state)
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+@dataclass(frozen=True)
+class ResumeRow:
+    """One resume: which parts the checkpoint held, and how far the result is from the uninterrupted run."""
+
+    parts: tuple[str, ...]
+    exact: bool
+    max_diff: float
+    scale: float
+
+
+@dataclass(frozen=True)
+class ResumeReport:
+    """What :func:`resume_experiment` measured."""
+
+    rows: list[ResumeRow]
+    scale: float  # the uninterrupted run's final GradScaler scale
+    scaler_changes_nothing: bool  # the same run without GradScaler ends at the same parameters
+    checkpoint: bytes  # the full checkpoint, for :func:`describe_checkpoint`
+
+    def table(self) -> str:
+        """One line per checkpoint: what it held, bit-exact or not, the largest parameter difference, the scale."""
+        width = len(" + ".join(RESUME_PARTS))
+        lines = [f"{'checkpoint holds':{width}} | bit-exact | max |Δparameter| | scaler scale"]
+        for row in self.rows:
+            lines.append(
+                f"{' + '.join(row.parts):{width}} | {row.exact!s:9} | {row.max_diff:16.2e} | "
+                f"{row.scale:g} (uninterrupted: {self.scale:g})"
+            )
+        return "\n".join(lines)
+
+
+def resume_experiment(total: int = 12, stop: int = 8) -> ResumeReport:
+    """Train ``total`` steps uninterrupted; then stop after ``stop``, checkpoint, and resume in fresh objects.
+
+    Each resume restores a growing prefix of :data:`RESUME_PARTS` into a run built
+    with other initial weights and another global RNG state (as in a new process).
+    The global RNG is left as it was.
+
+    >>> report = resume_experiment(total=4, stop=2)
+    >>> [row.exact for row in report.rows]
+    [False, False, False, False, False, True]
+    """
+    with torch.random.fork_rng(devices=[]):
+        uninterrupted = _resume_run(0)
+        _resume_train(uninterrupted, total)
+        target = _flat(uninterrupted["model"])
+        plain = _resume_run(0)
+        _resume_train(plain, total, scaler=False)
+        scaler_changes_nothing = torch.equal(_flat(plain["model"]), target)
+
+        run = _resume_run(0)
+        _resume_train(run, stop)
+        full = _save_parts(run, RESUME_PARTS)
+        rows = []
+        for n in range(1, len(RESUME_PARTS) + 1):
+            parts = RESUME_PARTS[:n]
+            fresh = _resume_run(1)
+            torch.manual_seed(1234)  # a new process starts from some other RNG state
+            _load_parts(full, fresh, parts)
+            _resume_train(fresh, total - stop)
+            got = _flat(fresh["model"])
+            rows.append(ResumeRow(parts, torch.equal(got, target), float((got - target).abs().max()),
+                                  fresh["scaler"].get_scale()))
+    return ResumeReport(rows, uninterrupted["scaler"].get_scale(), scaler_changes_nothing, full)
+
+
+def describe_checkpoint(blob: bytes) -> str:
+    """What a checkpoint made by the resume experiment holds, part by part, with its size on disk.
+
+    >>> print(describe_checkpoint(resume_experiment(total=2, stop=1).checkpoint).splitlines()[0])
+    part      | size     | holds
+    """
+    checkpoint = torch.load(io.BytesIO(blob), weights_only=True)
+    rows = []
+    for part, state in checkpoint.items():
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        if part == "model":
+            holds = ", ".join(f"{k} {tuple(v.shape)}" for k, v in state.items())
+        elif part == "optimizer":
+            keys = sorted({k for s in state["state"].values() for k in s})
+            holds = f"{', '.join(keys)} for each of {len(state['state'])} parameters; lr, betas, ... of {len(state['param_groups'])} group"
+        elif part == "scheduler":
+            holds = f"last_epoch={state['last_epoch']}, last lr={state['_last_lr'][0]:g}"
+        elif part == "scaler":
+            holds = f"scale={state['scale']:g}, steps since the last growth={state['_growth_tracker']}"
+        elif part == "rng":
+            cuda = f"{len(state['cuda'])} CUDA generator(s)" if "cuda" in state else "no CUDA generator on this machine"
+            holds = f"CPU generator ({format_bytes(state['cpu'].numel())}); {cuda}"
+        else:
+            holds = (f"epoch {state['epoch']}, {state['batch']} of {_BATCHES_PER_EPOCH} batches done, "
+                     f"shuffle generator state at the epoch's start")
+        rows.append(f"{part:9} | {format_bytes(buffer.getbuffer().nbytes):8} | {holds}")
+    return "\n".join([f"{'part':9} | {'size':8} | holds"] + rows)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,31 +58,95 @@ def _layer_norm(x: torch.Tensor, dim: int) -> torch.Tensor:
 OPS: dict[str, Op] = {
     op.name: op
     for op in [
-        Op("matmul", "Y = X @ W", ("X", "W"), ((2, 3), (3, 4)), lambda X, W, dim: X @ W, notes=(
-            ("X", "block structure: row n of Y depends only on row n of X, through the same W. vᵀJ = V Wᵀ."),
-            ("W", "every output depends on a column of W; the VJP Xᵀ V adds up the contributions of all rows."),
-        )),
-        Op("relu", "y = relu(x)", ("x",), ((2, 3),), lambda x, dim: torch.relu(x), notes=(
-            ("x", "diagonal: 1 where x > 0, 0 elsewhere. The VJP just masks v; J is never needed."),
-        )),
-        Op("softmax", "y = softmax(x, dim)", ("x",), ((2, 3),), lambda x, dim: torch.softmax(x, dim), True, notes=(
-            ("x", "one block diag(y) − y yᵀ per slice along dim. Its rows sum to 0, so v = ones gives a zero VJP."),
-        )),
-        Op("logsumexp", "y = logsumexp(x, dim)", ("x",), ((2, 3),), lambda x, dim: torch.logsumexp(x, dim), True,
-           notes=(("x", "each row of J is the softmax of one slice: the VJP is v (broadcast back) ⊙ softmax(x)."),)),
-        Op("layer norm", "y = layer_norm(x) over the last dim (no affine)", ("x",), ((2, 4),), _layer_norm, notes=(
-            ("x", "dense within each row: every output of a row depends on every input of it, through mean and variance."),
-        )),
-        Op("broadcasting add", "y = x + b", ("x", "b"), ((3, 4), (4,)), lambda x, b, dim: x + b, notes=(
-            ("x", "the identity: x + b passes v straight through to x."),
-            ("b", "one 1 per position b was broadcast to: the VJP sums v over the broadcast dims."),
-        )),
-        Op("sum over a dim", "y = x.sum(dim)", ("x",), ((2, 3),), lambda x, dim: x.sum(dim), True, notes=(
-            ("x", "all ones in the pattern of the reduced dim: the VJP copies v back along dim."),
-        )),
-        Op("mean over a dim", "y = x.mean(dim)", ("x",), ((2, 3),), lambda x, dim: x.mean(dim), True, notes=(
-            ("x", "like the sum, divided by the size of dim: the VJP copies v back along dim and divides."),
-        )),
+        Op(
+            "matmul",
+            "Y = X @ W",
+            ("X", "W"),
+            ((2, 3), (3, 4)),
+            lambda X, W, dim: X @ W,
+            notes=(
+                ("X", "block structure: row n of Y depends only on row n of X, through the same W. vᵀJ = V Wᵀ."),
+                ("W", "every output depends on a column of W; the VJP Xᵀ V adds up the contributions of all rows."),
+            ),
+        ),
+        Op(
+            "relu",
+            "y = relu(x)",
+            ("x",),
+            ((2, 3),),
+            lambda x, dim: torch.relu(x),
+            notes=(("x", "diagonal: 1 where x > 0, 0 elsewhere. The VJP just masks v; J is never needed."),),
+        ),
+        Op(
+            "softmax",
+            "y = softmax(x, dim)",
+            ("x",),
+            ((2, 3),),
+            lambda x, dim: torch.softmax(x, dim),
+            True,
+            notes=(
+                (
+                    "x",
+                    "one block diag(y) − y yᵀ per slice along dim. Its columns sum to 0 (a slice's outputs always sum "
+                    "to 1), so v = ones gives a zero VJP; its rows sum to 0 too, a different fact (adding a constant "
+                    "to a slice changes nothing).",
+                ),
+            ),
+        ),
+        Op(
+            "logsumexp",
+            "y = logsumexp(x, dim)",
+            ("x",),
+            ((2, 3),),
+            lambda x, dim: torch.logsumexp(x, dim),
+            True,
+            notes=(("x", "each row of J is the softmax of one slice: the VJP is v (broadcast back) ⊙ softmax(x)."),),
+        ),
+        Op(
+            "layer norm",
+            "y = layer_norm(x) over the last dim (no affine)",
+            ("x",),
+            ((2, 4),),
+            _layer_norm,
+            notes=(
+                (
+                    "x",
+                    "dense within each row: every output of a row depends on every input of it, through mean and variance.",
+                ),
+            ),
+        ),
+        Op(
+            "broadcasting add",
+            "y = x + b",
+            ("x", "b"),
+            ((3, 4), (4,)),
+            lambda x, b, dim: x + b,
+            notes=(
+                ("x", "the identity: x + b passes v straight through to x."),
+                (
+                    "b",
+                    "one 1 in each column for every position that entry of b was copied to (exercise 2: what is vᵀJ?).",
+                ),
+            ),
+        ),
+        Op(
+            "sum over a dim",
+            "y = x.sum(dim)",
+            ("x",),
+            ((2, 3),),
+            lambda x, dim: x.sum(dim),
+            True,
+            notes=(("x", "all ones in the pattern of the reduced dim: the VJP copies v back along dim."),),
+        ),
+        Op(
+            "mean over a dim",
+            "y = x.mean(dim)",
+            ("x",),
+            ((2, 3),),
+            lambda x, dim: x.mean(dim),
+            True,
+            notes=(("x", "the pattern of the sum, with every entry 1 / (size of dim) (exercise 3: what is vᵀJ?)."),),
+        ),
     ]
 }
 
@@ -125,7 +189,9 @@ def _check_shape(name: str, shape: tuple[int, ...]) -> None:
     if any(size < 1 or size > MAX_SIZE for size in shape):
         raise ShapeError(f"{name} has shape {shape}: every size must be between 1 and {MAX_SIZE}")
     if math.prod(shape) > MAX_NUMEL:
-        raise ShapeError(f"{name} has {math.prod(shape)} elements: use at most {MAX_NUMEL} so the Jacobian stays readable")
+        raise ShapeError(
+            f"{name} has {math.prod(shape)} elements: use at most {MAX_NUMEL} so the Jacobian stays readable"
+        )
 
 
 def _check_compatible(op: Op, shapes: tuple[tuple[int, ...], ...], dim: int) -> None:
@@ -190,7 +256,9 @@ def vjp_from_jacobian(J: torch.Tensor, v: torch.Tensor, input_shape: Sequence[in
     return (v.reshape(-1) @ J).reshape(tuple(input_shape))
 
 
-def autograd_vjp(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], wrt: int, v: torch.Tensor) -> torch.Tensor:
+def autograd_vjp(
+    fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], wrt: int, v: torch.Tensor
+) -> torch.Tensor:
     """The VJP as autograd computes it: one backward pass with ``grad_outputs=v``, no Jacobian built.
 
     >>> autograd_vjp(lambda a: a**2, [torch.tensor([1.0, 2.0], dtype=torch.float64)], 0, torch.ones(2, dtype=torch.float64))
@@ -247,7 +315,9 @@ def explore(
     op = OPS[op_name]
     shapes = tuple(tuple(int(s) for s in shape) for shape in (shapes or op.default_shapes))
     if len(shapes) != len(op.inputs):
-        raise ShapeError(f"{op.name} takes {len(op.inputs)} input(s) ({', '.join(op.inputs)}), got {len(shapes)} shape(s)")
+        raise ShapeError(
+            f"{op.name} takes {len(op.inputs)} input(s) ({', '.join(op.inputs)}), got {len(shapes)} shape(s)"
+        )
     for name, shape in zip(op.inputs, shapes):
         _check_shape(name, shape)
     _check_compatible(op, shapes, dim)
@@ -265,8 +335,9 @@ def explore(
     by_jacobian = vjp_from_jacobian(J, vector, shapes[wrt_index])
     by_autograd = autograd_vjp(fn, inputs, wrt_index, vector)
     difference = float((by_jacobian - by_autograd).abs().max()) if by_jacobian.numel() else 0.0
-    return Exploration(op, shapes, dim, op.inputs[wrt_index], inputs, output.detach(), J, vector,
-                       by_jacobian, by_autograd, difference)
+    return Exploration(
+        op, shapes, dim, op.inputs[wrt_index], inputs, output.detach(), J, vector, by_jacobian, by_autograd, difference
+    )
 
 
 def rounding_level(r: Exploration) -> float:

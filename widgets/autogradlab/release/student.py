@@ -14,11 +14,12 @@ nbgrader on solutions/ unchanged):
   loses its outputs too, so the learner commits to a prediction before seeing the
   answer; it is tagged ``nbval-ignore-output`` in the chapter (its output is
   compared in solutions/, where it is kept);
-- every other cell keeps its outputs, so the chapter reads well unexecuted.
+- every other cell keeps its outputs, so the chapter reads well unexecuted;
+- the chapter gets its launch badges and setup cell (:mod:`.launch`).
 
 >>> import nbformat
 >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Hi")])
->>> student_notebook(nb, "00_demo.ipynb").cells[0].source
+>>> student_notebook(nb, "00_demo.ipynb", launch=False).cells[0].source
 '# Hi'
 """
 
@@ -28,6 +29,8 @@ import copy
 import re
 
 import nbformat
+
+from autogradlab.release.launch import add_launch_cells
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
@@ -127,8 +130,12 @@ def _add_tag(cell, tag: str) -> None:
         tags.append(tag)
 
 
-def student_notebook(solution_nb, notebook: str):
-    """Return the student version of ``solution_nb`` (the input is not modified)."""
+def student_notebook(solution_nb, notebook: str, *, launch: bool = True):
+    """Return the student version of ``solution_nb`` (the input is not modified).
+
+    With ``launch`` (the default), the chapter also gets its Colab/Kaggle/Binder badges
+    and the setup cell (:mod:`autogradlab.release.launch`).
+    """
     validate(solution_nb, notebook)
     nb = copy.deepcopy(solution_nb)
     for index, cell in enumerate(nb.cells):
@@ -153,6 +160,8 @@ def student_notebook(solution_nb, notebook: str):
             cell.outputs = []
             cell.execution_count = None
             _add_tag(cell, EXPECTS_ERROR_TAG)
+    if launch and nb.cells:
+        add_launch_cells(nb, notebook.rsplit("/", 1)[-1])
     return nb
 
 

@@ -9,7 +9,7 @@ progress and a JSON file whose header says where and when they ran::
 
 >>> from autogradlab.models.experiments import EXPERIMENTS, run_experiment
 >>> sorted(EXPERIMENTS)
-['accumulation', 'amp', 'checkpoint', 'clip', 'inplace', 'scaler', 'underflow']
+['accumulation', 'amp', 'autocast', 'checkpoint', 'clip', 'inplace', 'scaler', 'underflow']
 >>> run_experiment("inplace", device="cpu").cases[0]["raised"]
 True
 """
@@ -20,30 +20,33 @@ from typing import Any, Callable
 
 from autogradlab.models.experiments.accumulation_rounding import AccumulationResult, accumulation_table, run_accumulation
 from autogradlab.models.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
+from autogradlab.models.experiments.autocast_dtypes import AutocastResult, autocast_table, run_autocast
 from autogradlab.models.experiments.checkpoint import CheckpointResult, checkpoint_table, run_checkpoint, saved_activation_bytes
-from autogradlab.models.experiments.clip import ClipResult, clip_table, run_clip
+from autogradlab.models.experiments.clip import ClipResult, clip_sweep_table, clip_table, run_clip
 from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
 from autogradlab.models.experiments.inplace import InplaceResult, inplace_table, run_inplace
 from autogradlab.models.experiments.recorded import Recorded, latest_recorded, load_results, recorded_files
 from autogradlab.models.experiments.scaler import ScalerResult, run_scaler, scaler_table
 from autogradlab.models.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
 
-# In the order the chapter meets them (and the CLI runs them).
+# In the order the chapter meets them (and the CLI runs them); the last two are chapter 04's topics, on the device.
 EXPERIMENTS: dict[str, Callable[..., Any]] = {
-    "amp": run_amp,
+    "autocast": run_autocast,
     "underflow": run_underflow,
     "scaler": run_scaler,
     "clip": run_clip,
+    "amp": run_amp,
     "accumulation": run_accumulation,
     "inplace": run_inplace,
     "checkpoint": run_checkpoint,
 }
 
 TABLES: dict[str, Callable[[Any], str]] = {
-    "amp": amp_table,
+    "autocast": autocast_table,
     "underflow": underflow_table,
     "scaler": scaler_table,
-    "clip": clip_table,
+    "clip": lambda rec: clip_table(rec) + "\n\n" + clip_sweep_table(rec),
+    "amp": amp_table,
     "accumulation": accumulation_table,
     "inplace": inplace_table,
     "checkpoint": checkpoint_table,
@@ -68,10 +71,31 @@ def table(name: str, result: Any) -> str:
     return TABLES[name](as_record(result))
 
 
+def recorded_summary(kind: str = "gpu", folder=None) -> str:
+    """Markdown: the newest recorded ``{kind}_*.json`` with where and when it was measured, then its tables;
+    or one line saying there is none.
+
+    >>> recorded_summary("tpu").startswith("No TPU has run")
+    True
+    """
+    recorded = latest_recorded(kind, folder)
+    if recorded is None:
+        return (f"No {kind.upper()} has run these experiments for the course yet (the package has no recorded `{kind}_*.json` in `autogradlab/data/`): "
+                "every table and plot in this chapter is measured live on your device.")
+    parts = [f"**Recorded on a {kind.upper()}** (`{recorded.path.name}`): {recorded.describe()}"]
+    for name, rec in recorded.results.items():
+        try:
+            body = table(name, rec)
+        except (KeyError, TypeError, ValueError):
+            body = "(recorded in a format this version cannot read: record it again with the command above)"
+        parts.append(f"**{name}**\n\n{body}")
+    return "\n\n".join(parts)
+
+
 __all__ = [
-    "EXPERIMENTS", "PRESETS", "AccumulationResult", "AmpResult", "CheckpointResult", "ClipResult", "InplaceResult",
-    "Recorded", "ScalerResult", "UnderflowResult", "as_record", "experiment_device", "fp16_fate", "header",
-    "largest_mlp_fraction", "latest_recorded", "load_results", "recorded_files", "resolve_preset", "run_accumulation",
-    "run_amp", "run_checkpoint", "run_clip", "run_experiment", "run_inplace", "run_scaler", "run_underflow",
-    "saved_activation_bytes", "table",
+    "EXPERIMENTS", "PRESETS", "AccumulationResult", "AmpResult", "AutocastResult", "CheckpointResult", "ClipResult",
+    "InplaceResult", "Recorded", "ScalerResult", "UnderflowResult", "as_record", "clip_sweep_table", "experiment_device",
+    "fp16_fate", "header", "largest_mlp_fraction", "latest_recorded", "load_results", "recorded_files", "recorded_summary",
+    "resolve_preset", "run_accumulation", "run_amp", "run_autocast", "run_checkpoint", "run_clip", "run_experiment",
+    "run_inplace", "run_scaler", "run_underflow", "saved_activation_bytes", "table",
 ]

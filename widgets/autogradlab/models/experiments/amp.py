@@ -1,8 +1,12 @@
 """amp: one training step in fp32, TF32, bf16 autocast and fp16 autocast + GradScaler.
 
-Measures step time (``torch.utils.benchmark``), peak memory (CUDA), achieved TFLOP/s
-as a fraction of the same device's measured matmul peak in the same precision, and
-the loss curve of each precision against fp32's.
+Deterministic measures first: the FLOPs of a step (a formula per model, checked
+against ``FlopCounterMode`` in the tests) and the dtype conversions autocast adds
+to it (counted at the dispatcher). Then the step
+time (``torch.utils.benchmark``: warm-up, fixed threads, median and IQR), peak
+memory (CUDA), achieved TFLOP/s as a fraction of the same device's measured
+matmul peak in the same precision, and the loss curve of each precision against
+fp32's.
 
 >>> from autogradlab.models.experiments.amp import run_amp
 >>> result = run_amp("cpu", preset="cpu-small", modes=("fp32", "bf16"), curve_steps=3, time_runs=False)
@@ -28,7 +32,7 @@ from autogradlab.models.experiments.common import (
     precision,
     progress,
     resolve_preset,
-    time_call,
+    time_stats,
 )
 
 
@@ -103,6 +107,27 @@ def block_step_flops(batch: int, seq: int, d_model: int) -> int:
     return 72 * tokens * d_model**2 + 12 * tokens * seq * d_model
 
 
+def count_casts(fn) -> int:
+    """How many dtype conversions (``aten._to_copy``) ``fn`` runs: the casts autocast inserts, counted at the dispatcher.
+
+    >>> count_casts(lambda: torch.ones(2).to(torch.float16) + 1)
+    1
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Casts(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default:
+                _Casts.count += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Casts():
+        fn()
+    return _Casts.count
+
+
 def _make_step(model, opt, scaler, x, y, mode, device):
     def step():
         opt.zero_grad(set_to_none=True)
@@ -172,12 +197,13 @@ def amp_table(result) -> str:
     """Markdown table of an amp result (a live AmpResult or a dict loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
     rows = [
-        [r["label"], r["mode"], r["step_ms"], r["tflops"], r["fraction_of_peak"],
+        [r["label"], r["mode"], r["flops"] / 1e6, r["casts"], r["step_ms"], r["step_iqr_ms"], r["tflops"], r["fraction_of_peak"],
          None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20,
          rec["curve_deviation"].get(r["model"], {}).get(r["mode"])]
         for r in rec["rows"]
     ]
-    head = ["model", "precision", "step ms", "TFLOP/s", "fraction of matmul peak", "peak MiB", "max loss deviation vs fp32"]
+    head = ["model", "precision", "MFLOP per step", "casts per step", "step ms (median)", "IQR ms", "TFLOP/s",
+            "fraction of matmul peak", "peak MiB", "max loss deviation vs fp32"]
     return markdown_table(head, rows)
 
 
@@ -221,23 +247,23 @@ def run_amp(
         step = _make_step(model, opt, scaler, x, y, mode, device)
         if name in ("mlp", "block"):
             result.curves.setdefault(name, {})[mode] = [float(step()) for _ in range(steps)]
-        row = {"model": name, "label": label, "mode": mode, "flops": flops,
-               "step_ms": None, "tflops": None, "fraction_of_peak": None, "peak_memory_bytes": None}
+        row = {"model": name, "label": label, "mode": mode, "flops": flops, "casts": count_casts(step),
+               "step_ms": None, "step_iqr_ms": None, "threads": None, "tflops": None, "fraction_of_peak": None,
+               "peak_memory_bytes": None}
         if time_runs:
-            seconds = time_call(step, device, cfg.min_run_time)
+            stats = time_stats(step, device, cfg.min_run_time)
             if mode not in result.matmul_peak_tflops:
                 result.matmul_peak_tflops[mode] = matmul_peak_flops(device, mode, cfg.peak_n, cfg.min_run_time) / 1e12
-            tflops = flops / seconds / 1e12
-            row.update(step_ms=seconds * 1e3, tflops=tflops, fraction_of_peak=tflops / result.matmul_peak_tflops[mode],
-                       peak_memory_bytes=peak_memory(step, device))
+            tflops = row["flops"] / stats["median_s"] / 1e12
+            row.update(step_ms=stats["median_s"] * 1e3, step_iqr_ms=stats["iqr_s"] * 1e3, threads=stats["threads"], tflops=tflops,
+                       fraction_of_peak=tflops / result.matmul_peak_tflops[mode], peak_memory_bytes=peak_memory(step, device))
         result.rows.append(row)
 
     for name, curves in result.curves.items():
-        ref = torch.tensor(curves["fp32"], dtype=torch.float64)
-        result.curve_deviation[name] = {
-            mode: float(((torch.tensor(c, dtype=torch.float64) - ref).abs() / ref.abs()).max()) for mode, c in curves.items()
-        }
+        ref = curves["fp32"]
+        result.curve_deviation[name] = {mode: max(abs(a - b) / abs(b) for a, b in zip(c, ref)) for mode, c in curves.items()}
     return result
 
 
-__all__ = ["AmpConfig", "AmpResult", "Block", "SIZES", "amp_table", "block_step_flops", "largest_mlp_fraction", "mlp_step_flops", "run_amp"]
+__all__ = ["AmpConfig", "AmpResult", "Block", "SIZES", "amp_table", "block_step_flops", "count_casts", "largest_mlp_fraction", "mlp_step_flops",
+           "run_amp"]

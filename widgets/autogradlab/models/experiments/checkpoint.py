@@ -1,11 +1,13 @@
-"""checkpoint: activation memory vs recompute time with ``torch.utils.checkpoint`` over depth.
+"""checkpoint: activation memory vs recompute cost with ``torch.utils.checkpoint`` over depth.
 
 The bytes autograd saves for backward are *predicted* from the graph: a
 ``torch.autograd.graph.saved_tensors_hooks`` pack hook sees every tensor saved
 during the forward pass (we count each storage once and skip parameters). With
 every block checkpointed, only each block's input is kept; one block's
 activations come back, recomputed, during backward. On CUDA the prediction is
-compared with the memory the allocator really holds after the forward pass.
+compared with the memory the allocator really holds after the forward pass. The
+price is counted deterministically (``FlopCounterMode``: the FLOPs of forward +
+backward, with the recomputed forward) and timed (median and IQR).
 
 >>> from autogradlab.models.experiments.checkpoint import saved_activation_bytes
 >>> import torch
@@ -23,7 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table, progress, resolve_preset, synchronize, time_call
+from autogradlab.models.experiments.common import (
+    count_flops,
+    experiment_device,
+    markdown_table,
+    progress,
+    resolve_preset,
+    synchronize,
+    time_stats,
+)
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
 
 @dataclass
 class CheckpointResult:
-    """Per (depth, checkpointed?): predicted saved bytes, measured bytes held (CUDA), peak, step time."""
+    """Per (depth, checkpointed?): predicted saved bytes, measured bytes held (CUDA), peak, FLOPs, step time."""
 
     device: str
     preset: str
@@ -130,8 +140,9 @@ def checkpoint_table(result) -> str:
     rec = result if isinstance(result, dict) else result.__dict__
     mib = lambda b: None if b is None else b / 2**20  # noqa: E731
     rows = [[r["depth"], "yes" if r["checkpoint"] else "no", mib(r["predicted_saved_bytes"]), mib(r["measured_held_bytes"]),
-             mib(r["measured_peak_bytes"]), r["step_ms"]] for r in rec["rows"]]
-    head = ["depth", "checkpoint", "predicted saved MiB", "measured held MiB", "measured peak MiB", "fwd+bwd ms"]
+             mib(r["measured_peak_bytes"]), r["flops"] / 1e6, r["step_ms"], r["step_iqr_ms"]] for r in rec["rows"]]
+    head = ["depth", "checkpoint", "predicted saved MiB", "measured held MiB", "measured peak MiB", "MFLOP fwd+bwd",
+            "fwd+bwd ms (median)", "IQR ms"]
     return markdown_table(head, rows)
 
 
@@ -140,7 +151,7 @@ def _loss(model, x):
 
 
 def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_runs: bool = True, progress_bar: bool = False) -> CheckpointResult:
-    """For each depth: predict saved bytes from the graph, measure them on CUDA, time forward+backward."""
+    """For each depth: predict saved bytes from the graph (and measure them on CUDA), count and time forward+backward."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
     cfg = SIZES[preset]
@@ -180,11 +191,13 @@ def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_run
             model.zero_grad(set_to_none=True)
             _loss(model, x).backward()
 
-        step_ms = time_call(fwd_bwd, device, cfg.min_run_time) * 1e3 if time_runs else None
+        stats = time_stats(fwd_bwd, device, cfg.min_run_time) if time_runs else None
         result.rows.append({
             "depth": depth, "checkpoint": use_ckpt, "predicted_saved_bytes": int(predicted),
             "predicted_recompute_bytes": int(max(graph["per_block"], default=0)) if use_ckpt else 0,
-            "measured_held_bytes": held, "measured_peak_bytes": peak, "step_ms": step_ms,
+            "measured_held_bytes": held, "measured_peak_bytes": peak, "flops": count_flops(fwd_bwd),
+            "step_ms": None if stats is None else stats["median_s"] * 1e3,
+            "step_iqr_ms": None if stats is None else stats["iqr_s"] * 1e3,
         })
         del model, params
     return result

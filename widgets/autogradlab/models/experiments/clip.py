@@ -1,119 +1,189 @@
-"""clip: gradient clipping after ``scaler.unscale_`` (right) and before it (the bug).
+"""clip: gradient clipping after ``scaler.unscale_`` (right) and before it (the bug), with SGD and with Adam.
 
 ``scaler.scale(loss).backward()`` leaves gradients multiplied by the scale S.
 Clipping them there measures S·‖g‖ and clips to ``max_norm`` in *scaled* units;
-``scaler.step`` then divides by S, so the update is S times smaller than intended.
+``scaler.step`` then divides by S. The gradient the optimizer receives is
+therefore S times too small when the right order clips too, and
+S·‖g‖/max_norm times too small when the right order would not clip at all.
+
+What that does to the *update* depends on the optimizer. SGD's update is
+proportional to the gradient: S times too small. Adam divides each element by
+its own magnitude plus ε, which cancels the shrink as long as the shrunk element
+is still well above ε. Each element of the buggy gradient is about
+max_norm·|gᵢ|/(S·‖g‖), and |gᵢ|/‖g‖ falls like 1/√n with the number of
+parameters n: so the bug costs Adam little on small models and more and more on
+large ones. :func:`run_clip` measures one step of both on a small MLP, then sweeps
+Adam (and SGD) over model sizes.
+
+Every step is real: a ``torch.amp.GradScaler``, ``clip_grad_norm_``, the
+optimizer. The models run in float64, so the orders differ only in where the
+clip sits (the scale is a power of two, so unscaling is exact), and no update is
+lost to the rounding of the weights themselves: with fp32 weights near 0.1
+(spacing 7e-9), the bug's SGD updates of about 1e-9 would mostly vanish.
 
 >>> from autogradlab.models.experiments.clip import run_clip
->>> result = run_clip("cpu", preset="cpu-small")
+>>> result = run_clip("cpu", preset="cpu-small", sweep_widths=(16,))
 >>> round(result.norm_seen_before_unscale / result.true_grad_norm) == result.scale
 True
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, resolve_preset
+from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
+
+ORDERS = ("right", "bug", "none")
+ORDER_LABELS = {
+    "right": "scale → backward → unscale_ → clip → step",
+    "bug": "scale → backward → clip → step (bug)",
+    "none": "scale → backward → step (no clipping)",
+}
+OPTIMIZERS = {
+    "SGD": lambda params: torch.optim.SGD(params, lr=0.1),
+    "Adam": lambda params: torch.optim.Adam(params, lr=1e-3),  # eps = 1e-8, PyTorch's default
+}
 
 
 @dataclass(frozen=True)
 class ClipConfig:
     batch: int
-    width: int
-    scale: float
-    lr: float
+    width: int  # of the 3-layer MLP of the first table
+    sweep_widths: tuple[int, ...]  # two-layer width×width MLPs: 2·w² + 2·w parameters
+    sweep_max_norm: float = 1.0  # the usual setting in training scripts
 
 
 SIZES = {
-    "cpu-small": ClipConfig(batch=64, width=64, scale=2.0**12, lr=0.1),
-    "medium": ClipConfig(batch=512, width=512, scale=2.0**12, lr=0.1),
-    "gpu-large": ClipConfig(batch=4096, width=1024, scale=2.0**12, lr=0.1),
+    # 1e4, 1e5, 1e6, 3e6 parameters: the largest holds about 100 MiB of float64 weights, gradients and Adam state
+    "cpu-small": ClipConfig(batch=64, width=64, sweep_widths=(70, 223, 707, 1224)),
+    "medium": ClipConfig(batch=512, width=512, sweep_widths=(70, 707, 2236, 3873)),
+    "gpu-large": ClipConfig(batch=4096, width=1024, sweep_widths=(70, 707, 3873, 7071)),
 }
+SCALE = 2.0**16  # GradScaler's default init_scale
 
 
 @dataclass
 class ClipResult:
-    """Norms seen by clip_grad_norm_ and the resulting update norms, right order vs bug vs fp32 reference."""
+    """One step in each order with SGD and Adam (rows), and Adam vs SGD over model sizes (sweep)."""
 
     device: str
     preset: str
     scale: float
-    max_norm: float
-    lr: float
-    true_grad_norm: float  # ‖g‖ of the fp32 reference
+    max_norm: float  # of the first table: a quarter of ‖g‖, so that the right order clips as well
+    true_grad_norm: float  # ‖g‖ before any clipping
     norm_seen_after_unscale: float  # what clip_grad_norm_ returns in the right order
-    norm_seen_before_unscale: float  # what it returns in the buggy order (≈ S·‖g‖)
-    update_norm_reference: float  # ‖Δθ‖ = lr·‖g used by optimizer.step‖, fp32 training with clipping
-    update_norm_right_order: float
-    update_norm_clip_before_unscale: float
-    update_norm_no_clip: float
-    cosine_bug_vs_right: float  # direction is the same: only the length is wrong
+    norm_seen_before_unscale: float  # what it returns in the buggy order (S·‖g‖)
+    rows: list[dict] = field(default_factory=list)  # optimizer, order, update_norm
+    cosine_bug_vs_right: dict = field(default_factory=dict)  # per optimizer: the direction of the update
+    sweep_max_norm: float = 1.0
+    sweep: list[dict] = field(default_factory=list)  # parameters, grad_norm, SGD and Adam update ratio bug/right
 
     def table(self) -> str:
         return clip_table(self)
 
+    def update_ratio(self, optimizer: str) -> float:
+        """‖update in the right order‖ / ‖update with the bug‖ for ``optimizer`` in the first table."""
+        norms = {r["order"]: r["update_norm"] for r in self.rows if r["optimizer"] == optimizer}
+        return norms["right"] / norms["bug"]
+
 
 def clip_table(result) -> str:
-    """Markdown table of a clip result (live or loaded from JSON)."""
+    """Markdown table of the one-step comparison (live or loaded from JSON)."""
     r = result if isinstance(result, dict) else result.__dict__
-    rows = [
-        ["fp32 reference", r["true_grad_norm"], r["update_norm_reference"]],
-        ["scale → backward → unscale_ → clip → step", r["norm_seen_after_unscale"], r["update_norm_right_order"]],
-        ["scale → backward → clip → step (bug)", r["norm_seen_before_unscale"], r["update_norm_clip_before_unscale"]],
-        ["no clipping", None, r["update_norm_no_clip"]],
-    ]
-    return markdown_table(["order", "norm clip_grad_norm_ saw", "update norm ‖Δθ‖"], rows)
+    seen = {"right": r["norm_seen_after_unscale"], "bug": r["norm_seen_before_unscale"], "none": None}
+    rows = [[row["optimizer"], ORDER_LABELS[row["order"]], seen[row["order"]], row["update_norm"]] for row in r["rows"]]
+    return markdown_table(["optimizer", "order", "norm clip_grad_norm_ saw", "update norm ‖Δθ‖"], rows)
 
 
-def _update(model, x, y, lr, max_norm, order: str, scale: float, device) -> tuple[torch.Tensor, float | None]:
-    """One SGD step in the given order; returns the gradient optimizer.step used and the norm clip saw."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    used: list[torch.Tensor] = []
-    # what optimizer.step really receives (after scaler.step has unscaled): Δθ = −lr · this
-    opt.register_step_pre_hook(lambda o, *_: used.append(torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()])))
-    scaler = torch.amp.GradScaler(device.type, init_scale=scale, enabled=order != "reference")
+def clip_sweep_table(result) -> str:
+    """Markdown table of the model-size sweep: how much smaller the bug makes one update, SGD and Adam."""
+    r = result if isinstance(result, dict) else result.__dict__
+    rows = [[s["parameters"], s["grad_norm"], s["SGD"], s["Adam"]] for s in r["sweep"]]
+    head = ["parameters", "‖g‖", "SGD: ‖Δθ bug‖ / ‖Δθ right‖", "Adam: ‖Δθ bug‖ / ‖Δθ right‖"]
+    return markdown_table(head, rows)
+
+
+def one_step(model, x, y, optimizer: str, order: str, max_norm: float, scale: float = SCALE) -> tuple[torch.Tensor, float | None]:
+    """One real step of ``model`` (changed in place) in ``order``; returns (Δθ flattened, the norm clip saw).
+
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> model, x, y = torch.nn.Linear(3, 2), torch.randn(4, 3), torch.randn(4, 2)
+    >>> delta, seen = one_step(model, x, y, "SGD", "bug", max_norm=1.0)
+    >>> seen > 1000   # the bug clips S·‖g‖
+    True
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    params = list(model.parameters())
+    opt = OPTIMIZERS[optimizer](params)
+    scaler = torch.amp.GradScaler(x.device.type, init_scale=scale)
+    start = torch.cat([p.detach().reshape(-1) for p in params])
     opt.zero_grad(set_to_none=True)
-    # fp16 autocast for the scaled orders; the reference is plain fp32
-    with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=order != "reference"):
-        loss = F.mse_loss(model(x).float(), y)
-    scaler.scale(loss).backward()
+    scaler.scale(F.mse_loss(model(x), y)).backward()
     seen = None
     if order == "right":
         scaler.unscale_(opt)
-    if order in ("right", "bug", "reference"):
-        seen = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+    if order != "none":
+        seen = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     scaler.step(opt)
     scaler.update()
-    return used[0], seen
+    return torch.cat([p.detach().reshape(-1) for p in params]) - start, seen
 
 
-def run_clip(device="auto", preset: str = "auto", *, max_norm: float | None = None, progress_bar: bool = False) -> ClipResult:
-    """Clip in the right order, in the buggy order and not at all, from identical starting weights."""
+def _grad_norm(model, x, y) -> float:
+    grads = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
+    return float(torch.cat([g.reshape(-1) for g in grads]).norm())
+
+
+def run_clip(device="auto", preset: str = "auto", *, sweep_widths=None, progress_bar: bool = False) -> ClipResult:
+    """One step from identical weights in each order with SGD and Adam; then the update ratio over model sizes."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
     cfg = SIZES[preset]
+    widths = cfg.sweep_widths if sweep_widths is None else tuple(sweep_widths)
     gen = torch.Generator(device=device).manual_seed(1)
-    x = torch.randn(cfg.batch, cfg.width, device=device, generator=gen)
-    y = torch.randn(cfg.batch, cfg.width, device=device, generator=gen)
+    x = torch.randn(cfg.batch, cfg.width, device=device, generator=gen, dtype=torch.float64)
+    y = torch.randn(cfg.batch, cfg.width, device=device, generator=gen, dtype=torch.float64)
 
     def fresh():
-        return mlp([cfg.width, cfg.width, cfg.width], device, seed=0)
+        return mlp([cfg.width, cfg.width, cfg.width, cfg.width], device, seed=0).double()
 
-    model = fresh()
-    loss = F.mse_loss(model(x), y)
-    true_norm = float(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(model.parameters()))]).norm())
-    max_norm = true_norm / 4 if max_norm is None else float(max_norm)  # clipping is active: it must shrink g
+    true_norm = _grad_norm(fresh(), x, y)
+    max_norm = true_norm / 4  # clipping is active in the right order too: the bug's factor is then exactly S
+    result = ClipResult(device.type, preset, SCALE, max_norm, true_norm, 0.0, 0.0, sweep_max_norm=cfg.sweep_max_norm)
+    deltas = {}
+    for optimizer in OPTIMIZERS:
+        for order in ORDERS:
+            delta, seen = one_step(fresh(), x, y, optimizer, order, max_norm)
+            deltas[optimizer, order] = delta.double()
+            if optimizer == "SGD" and order == "right":
+                result.norm_seen_after_unscale = seen
+            if optimizer == "SGD" and order == "bug":
+                result.norm_seen_before_unscale = seen
+            result.rows.append({"optimizer": optimizer, "order": order, "update_norm": float(delta.double().norm())})
+        result.cosine_bug_vs_right[optimizer] = float(F.cosine_similarity(deltas[optimizer, "bug"], deltas[optimizer, "right"], dim=0))
 
-    ref, _ = _update(fresh(), x, y, cfg.lr, max_norm, "reference", cfg.scale, device)
-    right, seen_right = _update(fresh(), x, y, cfg.lr, max_norm, "right", cfg.scale, device)
-    bug, seen_bug = _update(fresh(), x, y, cfg.lr, max_norm, "bug", cfg.scale, device)
-    none, _ = _update(fresh(), x, y, cfg.lr, max_norm, "none", cfg.scale, device)
-    cosine = float(F.cosine_similarity(bug.double(), right.double(), dim=0))
-    return ClipResult(
-        device.type, preset, cfg.scale, max_norm, cfg.lr, true_norm, seen_right, seen_bug,
-        *(cfg.lr * float(g.double().norm()) for g in (ref, right, bug, none)), cosine,
-    )
+    for width in progress(widths, desc="clip sweep", enabled=progress_bar):
+        gen = torch.Generator(device=device).manual_seed(2)
+        xs = torch.randn(16, width, device=device, generator=gen, dtype=torch.float64)
+        ys = torch.randn(16, width, device=device, generator=gen, dtype=torch.float64)
+
+        def model(width=width):
+            return mlp([width, width, width], device, seed=0).double()
+
+        row = {"width": width, "parameters": 2 * width * width + 2 * width, "grad_norm": _grad_norm(model(), xs, ys)}
+        for optimizer in OPTIMIZERS:
+            norms = {}
+            for order in ("right", "bug"):  # one model at a time
+                delta, _ = one_step(model(), xs, ys, optimizer, order, cfg.sweep_max_norm)
+                norms[order] = float(delta.double().norm())
+                del delta
+            row[optimizer] = norms["bug"] / norms["right"]
+        result.sweep.append(row)
+    return result

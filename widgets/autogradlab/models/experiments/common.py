@@ -99,18 +99,47 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], Any], device: torch.device, min_run_time: float, best: bool = False) -> float:
-    """Seconds per call of ``fn``, measured by ``torch.utils.benchmark`` (which syncs CUDA).
+# Timings run on one thread: on a CPU whose other cores are busy (a shared machine, a laptop doing
+# other work), a multi-threaded op waits for its slowest thread, and the times scatter by 10x or more.
+TIMING_THREADS = 1
 
-    The median of the measured blocks by default; ``best=True`` gives the fastest
-    block instead, the right statistic for a *peak* (other processes only ever slow
-    a run down).
+
+def time_stats(fn: Callable[[], Any], device: torch.device, min_run_time: float) -> dict:
+    """Seconds per call of ``fn``: median, interquartile range and fastest block, by ``torch.utils.benchmark``.
+
+    One warm-up call first (first-call allocations and kernel selection are not what
+    we measure), a fixed thread count (:data:`TIMING_THREADS`), then
+    ``blocked_autorange``, which repeats ``fn`` in blocks for ``min_run_time``
+    seconds and syncs CUDA. The median and IQR describe a typical call and its
+    spread; the fastest block is the right statistic for a *peak* (other
+    processes only ever slow a run down).
+
+    >>> stats = time_stats(lambda: sum(range(100)), torch.device("cpu"), 0.01)
+    >>> sorted(stats), stats["min_s"] <= stats["median_s"]
+    (['blocks', 'iqr_s', 'median_s', 'min_s', 'threads'], True)
     """
-    fn()  # warm-up: first-call allocations and kernel selection are not what we measure
+    fn()
     synchronize(device)
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn})
+    threads = TIMING_THREADS
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return float(min(measurement.times) if best else measurement.median)
+    return {"median_s": float(measurement.median), "iqr_s": float(measurement.iqr), "min_s": float(min(measurement.times)),
+            "blocks": len(measurement.times), "threads": threads}
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of the matmuls and convolutions ``fn`` runs, counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    Deterministic: the same program gives the same count on every machine.
+
+    >>> count_flops(lambda: torch.ones(2, 3) @ torch.ones(3, 4))   # 2·2·3·4
+    48
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
 
 
 def peak_memory(fn: Callable[[], Any], device: torch.device) -> int | None:
@@ -139,7 +168,7 @@ def matmul_peak_flops(device: torch.device, mode: str, n: int, min_run_time: flo
         a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
         b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
         with precision("tf32" if mode == "tf32" else "fp32", device):
-            seconds = time_call(lambda: torch.nn.functional.linear(a, b), device, min_run_time, best=True)
+            seconds = time_stats(lambda: torch.nn.functional.linear(a, b), device, min_run_time)["min_s"]
         best = max(best, 2.0 * size**3 / seconds)
     return best
 

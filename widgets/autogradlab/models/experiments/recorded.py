@@ -1,7 +1,9 @@
-"""Recorded results: the JSON files in chapters/data/ that say where and when they were measured.
+"""Recorded results: JSON files shipped in the package (``autogradlab/data/``) that say where and when they were measured.
 
 A learner without a GPU sees GPU results recorded on one, labelled with the
-device, torch version, date and command from the file's header.
+device, torch version, date and command from the file's header. The files are
+package data, read with :mod:`importlib.resources`, so a chapter finds them from
+a wheel install (Colab, Kaggle) as well as from the course checkout.
 
 >>> from autogradlab.models.experiments.recorded import describe
 >>> describe({"device_name": "NVIDIA H100", "device": "cuda", "torch": "2.13.0", "date": "2026-01-02T03:04:05+00:00",
@@ -13,18 +15,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[3]
 HEADER_KEYS = ("device", "device_name", "torch", "date", "command")
+DATA_PACKAGE = "autogradlab"  # recorded files live in autogradlab/data/ (package data)
 
 
-def data_dir() -> Path:
-    """chapters/data of the course checkout (the package is installed in editable mode from widgets/)."""
-    for candidate in (_REPO / "chapters" / "data", Path.cwd() / "data", Path.cwd().parent / "chapters" / "data"):
-        if candidate.is_dir():
-            return candidate
-    return _REPO / "chapters" / "data"
+def data_dir():
+    """The package's data folder, as an importlib.resources Traversable (a Path for a normal install).
+
+    Write a new recording there from a checkout: ``--out widgets/autogradlab/data/gpu_NAME.json``.
+    """
+    return resources.files(DATA_PACKAGE) / "data"
 
 
 @dataclass
@@ -49,11 +52,13 @@ def describe(header: dict) -> str:
             f"{date} · preset {header.get('preset', '?')} · `{header.get('command', '?')}`")
 
 
-def load_results(path: str | Path) -> Recorded:
-    """Read a results JSON written by ``python -m autogradlab.models.experiments``; check it has a header."""
-    path = Path(path)
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+def load_results(path) -> Recorded:
+    """Read a results JSON written by ``python -m autogradlab.models.experiments``; check it has a header.
+
+    ``path`` is a file path or an importlib.resources Traversable.
+    """
+    path = path if hasattr(path, "read_text") and not isinstance(path, str) else Path(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "header" not in data or "results" not in data:
         raise ValueError(f"{path} is not an experiments results file (needs 'header' and 'results')")
     missing = [k for k in HEADER_KEYS if k not in data["header"]]
@@ -62,10 +67,13 @@ def load_results(path: str | Path) -> Recorded:
     return Recorded(path, data["header"], data["results"])
 
 
-def recorded_files(kind: str = "gpu", folder: str | Path | None = None) -> list[Path]:
-    """The ``{kind}_*.json`` files in chapters/data (or ``folder``), sorted by name."""
+def recorded_files(kind: str = "gpu", folder: str | Path | None = None) -> list:
+    """The ``{kind}_*.json`` files in the package's data folder (or ``folder``), sorted by name."""
     folder = Path(folder) if folder is not None else data_dir()
-    return sorted(folder.glob(f"{kind}_*.json")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.startswith(f"{kind}_") and p.name.endswith(".json")),
+                  key=lambda p: p.name)
 
 
 def latest_recorded(kind: str = "gpu", folder: str | Path | None = None) -> Recorded | None:

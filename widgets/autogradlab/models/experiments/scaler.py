@@ -2,7 +2,9 @@
 
 Records the scale before every step, which steps the scaler skipped, and what a
 loop that advances its LR scheduler and step counter on *every* iteration does
-compared with one that counts only the optimizer steps that really happened.
+compared with one that counts only the optimizer steps that really happened. It
+also checks the chapter's rule for telling a skipped step without a hook: the
+scale went down (``scaler.get_scale() < before``).
 
 >>> from autogradlab.models.experiments.scaler import run_scaler
 >>> result = run_scaler("cpu", preset="cpu-small")
@@ -55,7 +57,8 @@ class ScalerResult:
     scale_before: list[float] = field(default_factory=list)
     scale_after: list[float] = field(default_factory=list)
     skipped_steps: list[int] = field(default_factory=list)
-    optimizer_steps: int = 0
+    optimizer_steps: int = 0  # counted by a step hook on the optimizer
+    steps_by_scale_rule: int = 0  # counted by the loop's rule: the scale did not go down
     iterations: int = 0
     lr_per_iteration: list[float] = field(default_factory=list)  # a scheduler stepped every iteration
     lr_per_real_step: list[float] = field(default_factory=list)  # a scheduler stepped only after real steps
@@ -134,5 +137,7 @@ def run_scaler(device="auto", preset: str = "auto", *, inject=None, steps: int |
         result.losses.append(float(loss.detach()))
         if taken[0] == steps_before:
             result.skipped_steps.append(i)
+        if scaler.get_scale() >= before:
+            result.steps_by_scale_rule += 1
     result.optimizer_steps, result.iterations = taken[0], steps
     return result

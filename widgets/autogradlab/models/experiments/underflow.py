@@ -5,6 +5,15 @@ One backward pass in fp32 gives the reference gradients of every layer's output
 under fp16 autocast, with the loss multiplied by each scale, shows which of them
 became exactly zero: the fraction *flushed*.
 
+The weight gradients are compared with two references. Against fp32 the error
+stops falling at a floor that no scale moves: the target is the model's own fp32
+output plus a little noise, so the true gradient is tiny (the noise nearly
+cancels over the batch), while the fp16 forward pass computes a slightly
+different function (weights, inputs and outputs of every matmul rounded to fp16)
+whose difference adds up coherently. The second reference removes the forward
+from the comparison: the exact (fp32) backward of that same rounded forward,
+which is what scaling can rescue.
+
 >>> from autogradlab.models.experiments.underflow import run_underflow
 >>> result = run_underflow("cpu", preset="cpu-small", scales=(1.0,))
 >>> 0.0 <= result.rows[0]["flushed_fraction"] <= 1.0
@@ -45,7 +54,7 @@ SIZES = {
     "gpu-large": UnderflowConfig(batch=4096, width=1024, depth=6, residual=1e-3),
 }
 
-DEFAULT_SCALES = (1.0, 2.0**8, 2.0**16)
+DEFAULT_SCALES = (1.0, 2.0**8, 2.0**16, 2.0**24)
 HISTOGRAM_EDGES = list(range(-48, 5))  # log2 |g| bins, one per power of two
 
 
@@ -61,6 +70,7 @@ class UnderflowResult:
     histogram_edges: list[int]
     histogram_counts: list[int]
     reference_zero_fraction: float
+    forward_floor: float = 0.0  # relative difference between the fp32 gradient and the exact gradient of the fp16 forward
     rows: list[dict] = field(default_factory=list)
 
     def table(self) -> str:
@@ -71,9 +81,29 @@ def underflow_table(result) -> str:
     """Markdown table of an underflow result (live or loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
     rows = [[r["scale"], r["flushed_fraction"], r["subnormal_fraction"], r["overflow_fraction"], r["param_grad_flushed_fraction"],
-             r["relative_error"]] for r in rec["rows"]]
-    head = ["loss scale", "activation grads flushed to 0", "subnormal", "inf/NaN", "weight grads flushed to 0", "relative error vs fp32"]
+             r["relative_error"], r["relative_error_same_forward"]] for r in rec["rows"]]
+    head = ["loss scale", "activation grads flushed to 0", "subnormal", "inf/NaN", "weight grads flushed to 0",
+            "weight grads: rel. error vs fp32", "rel. error vs exact backward of the fp16 forward"]
     return markdown_table(head, rows)
+
+
+def _rounded(t: torch.Tensor) -> torch.Tensor:
+    """``t`` rounded to fp16 in the forward pass, the identity in backward (so backward stays exact fp32)."""
+    return t + (t.to(torch.float16).float() - t).detach()
+
+
+def _fp16_forward_in_fp32(model, x):
+    """The model's fp16-autocast forward emulated in fp32: every Linear's input, weight, bias and output rounded to fp16."""
+    h = x
+    for m in model:
+        h = _rounded(F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias))) if isinstance(m, torch.nn.Linear) else m(h)
+    return h
+
+
+def _weight_grads_of_fp16_forward(model, x, target) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    F.mse_loss(_fp16_forward_in_fp32(model, x), target).backward()
+    return torch.cat([m.weight.grad.reshape(-1) for m in model if isinstance(m, torch.nn.Linear)])
 
 
 def _activation_grads(model, x, target, scale: float, autocast: bool):
@@ -97,7 +127,7 @@ def _activation_grads(model, x, target, scale: float, autocast: bool):
 
 
 def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES, progress_bar: bool = False) -> UnderflowResult:
-    """Backward in fp16 autocast for each loss scale; compare every gradient with fp32's."""
+    """Backward in fp16 autocast for each loss scale; compare every gradient with fp32's and with the fp16 forward's."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
     cfg = SIZES[preset]
@@ -108,6 +138,7 @@ def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES,
         target = model(x) + cfg.residual * torch.randn(cfg.batch, cfg.width, device=device, generator=gen)
 
     ref_act, ref_w = _activation_grads(model, x, target, 1.0, autocast=False)
+    same_forward = _weight_grads_of_fp16_forward(model, x, target).double()
     magnitudes = ref_act.abs().double()
     nonzero = magnitudes > 0
     log2 = torch.log2(magnitudes[nonzero]).clamp(HISTOGRAM_EDGES[0], HISTOGRAM_EDGES[-1] - 1e-9)
@@ -115,6 +146,7 @@ def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES,
     result = UnderflowResult(
         device.type, preset, FP16_MIN_SUBNORMAL, FP16_MIN_NORMAL, FP16_MAX, list(HISTOGRAM_EDGES),
         [int(c) for c in counts.tolist()], float((~nonzero).double().mean()),
+        float((same_forward - ref_w.double()).norm() / ref_w.double().norm()),
     )
     for scale in progress(scales, desc="underflow", enabled=progress_bar):
         act, weights = _activation_grads(model, x, target, float(scale), autocast=True)
@@ -130,5 +162,6 @@ def run_underflow(device="auto", preset: str = "auto", *, scales=DEFAULT_SCALES,
             "overflow_fraction": float((~finite).double().mean()),
             "param_grad_flushed_fraction": float(((weights == 0) & w_nonzero).double().sum() / w_nonzero.sum()),
             "relative_error": float((unscaled - ref_w.double()).norm() / ref_w.double().norm()),
+            "relative_error_same_forward": float((unscaled - same_forward).norm() / same_forward.norm()),
         })
     return result

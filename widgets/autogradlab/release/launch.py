@@ -1,0 +1,72 @@
+"""Where the course lives, and how a chapter opens outside its own environment: badges and a setup cell.
+
+The release writes both into every chapter, so they never drift from this one setting:
+:data:`REPOSITORY` and :data:`RELEASE_TAG` are the only place the course's address lives.
+Badges and installs point at a tag, not at a moving branch, so Binder builds the image
+once per release and Colab/Kaggle install code that matches the chapter.
+
+>>> badges("05_custom_functions.ipynb").count("](https://")
+6
+>>> "%pip install" in setup_source()
+True
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from nbformat.v4 import new_code_cell
+
+REPOSITORY = "autogradlab/autograd-lab"  # GitHub owner/name
+RELEASE_TAG = "v0.1.0"  # the tag the badges and the Colab/Kaggle install point at
+SETUP_TAG = "course-setup"  # marks the cell the release adds (tests and tools recognise it)
+PACKAGE_SPEC = f"autogradlab @ git+https://github.com/{REPOSITORY}@{RELEASE_TAG}#subdirectory=widgets"
+
+
+def chapter_url(name: str) -> str:
+    """The chapter's page on GitHub at the release tag."""
+    return f"https://github.com/{REPOSITORY}/blob/{RELEASE_TAG}/chapters/{name}"
+
+
+def launch_urls(name: str) -> dict[str, str]:
+    """Colab, Kaggle and Binder addresses that open chapter ``name``."""
+    return {
+        "Colab": f"https://colab.research.google.com/github/{REPOSITORY}/blob/{RELEASE_TAG}/chapters/{name}",
+        "Kaggle": f"https://kaggle.com/kernels/welcome?src={quote(chapter_url(name), safe='')}",
+        "Binder": f"https://mybinder.org/v2/gh/{REPOSITORY}/{RELEASE_TAG}?urlpath={quote('lab/tree/chapters/' + name, safe='')}",
+    }
+
+
+_BADGE_IMAGES = {
+    "Colab": "https://colab.research.google.com/assets/colab-badge.svg",
+    "Kaggle": "https://kaggle.com/static/images/open-in-kaggle.svg",
+    "Binder": "https://mybinder.org/badge_logo.svg",
+}
+
+
+def badges(name: str) -> str:
+    """One Markdown line of 'open in' badges for chapter ``name``."""
+    return " ".join(f"[![Open in {k}]({_BADGE_IMAGES[k]})]({url})" for k, url in launch_urls(name).items())
+
+
+def setup_source() -> str:
+    """The setup cell: nothing in the course's environment; on Colab or Kaggle, install the package."""
+    return f'''# Setup. In the course's own environment (make lab, Binder) this cell does nothing.
+# On Colab or Kaggle it installs the course package (loose dependencies, about a minute).
+import importlib.util, os, sys
+
+if importlib.util.find_spec("autogradlab") is None:
+    if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+        %pip install --quiet "{PACKAGE_SPEC}"
+    else:
+        print("The course package is not installed here: run `make lab` in the course folder (README), "
+              "or `pip install '{PACKAGE_SPEC}'`.")'''
+
+
+def add_launch_cells(nb, name: str) -> None:
+    """Put the badges under the chapter's title and the setup cell right after the first cell (in place)."""
+    title, _, rest = nb.cells[0].source.partition("\n")
+    nb.cells[0].source = f"{title}\n\n{badges(name)}\n{rest}"
+    cell = new_code_cell(setup_source(), metadata={"tags": [SETUP_TAG]})
+    cell.id = SETUP_TAG  # a fixed id (nbformat draws random ones), so the release is deterministic
+    nb.cells.insert(1, cell)
