@@ -42,11 +42,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
-NOTEBOOKS = [p.relative_to(ROOT).as_posix() for d in ("chapters", "solutions") for p in sorted((ROOT / d).glob("[0-9][0-9]_*.ipynb"))]
+NOTEBOOKS = [
+    p.relative_to(ROOT).as_posix()
+    for d in ("chapters", "solutions")
+    for p in sorted((ROOT / d).glob("[0-9][0-9]_*.ipynb"))
+]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 RUN_TIMEOUT_S = 180
 
@@ -100,10 +110,23 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings))
     log = open(root / "jupyterlab.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
-         "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.token=",
+            "--ServerApp.password=",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={root}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -134,7 +157,10 @@ def page(tmp_path_factory):
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, viewport={"width": 1400, "height": 1000},
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
         )
         yield context.new_page()
         context.close()
@@ -146,7 +172,12 @@ def _wait_kernel_idle(page, timeout_s: float) -> None:
         name = page.locator(".jp-NotebookPanel-toolbar .jp-KernelName").first
         status = page.locator(".jp-Notebook-ExecutionIndicator").first
         kernel = name.text_content() if name.count() else ""
-        if kernel and kernel.strip() not in ("", "No Kernel") and status.count() and status.get_attribute("data-status") == "idle":
+        if (
+            kernel
+            and kernel.strip() not in ("", "No Kernel")
+            and status.count()
+            and status.get_attribute("data-status") == "idle"
+        ):
             return
         time.sleep(0.25)
     raise AssertionError("the kernel did not become idle")
@@ -221,7 +252,8 @@ def test_browser_runs_notebook(notebook, lab, page):
     assert "Error displaying widget" not in outputs_text
     widget_reprs = [
         o.data["text/plain"]
-        for cell in saved.cells if cell.cell_type == "code"
+        for cell in saved.cells
+        if cell.cell_type == "code"
         for o in cell.outputs
         if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
     ]
@@ -266,7 +298,9 @@ VIEWS = {
         "net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
         "batch = torch.randn(8, 3)\n"
         "GraphView(lambda: net(batch).pow(2).mean(), params=net)",
-        ".widget-slider", "drag"),
+        ".widget-slider",
+        "drag",
+    ),
     "VJPExplorer": ('VJPExplorer(op="softmax")', '.widget-text:has(label:text-is("x shape")) input', "type"),
     "TrainStepInspector": ("TrainStepInspector()", 'button:has-text("Next line")', "click"),
     "AccumulationLab": ("AccumulationLab()", ".widget-slider", "drag"),
@@ -301,8 +335,7 @@ _ARM = """(el) => {
 
 
 def _views_notebook(root: Path) -> None:
-    cells = [nbformat.v4.new_code_cell("import torch\n"
-                                       "from autogradlab.views import " + ", ".join(VIEWS))]
+    cells = [nbformat.v4.new_code_cell("import torch\nfrom autogradlab.views import " + ", ".join(VIEWS))]
     cells += [nbformat.v4.new_code_cell(source) for source, _, _ in VIEWS.values()]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -318,8 +351,10 @@ def views_page(lab, page):
     if _timings:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "roundtrip.json").write_text(json.dumps(_timings, indent=1))
-        print(f"\ninput event -> new picture painted, ms (median / max over {ROUND_TRIPS} inputs); "
-              "after a fast drag across a slider, mouse up -> last new picture, ms (polled every 20 ms):")
+        print(
+            f"\ninput event -> new picture painted, ms (median / max over {ROUND_TRIPS} inputs); "
+            "after a fast drag across a slider, mouse up -> last new picture, ms (polled every 20 ms):"
+        )
         for name, t in _timings.items():
             print(f"  {name:<19} {t['median_ms']:7.1f} / {t['max_ms']:7.1f}   drag: {t.get('drag_settle_ms', '-')}")
 
@@ -442,6 +477,9 @@ def test_view_answers_real_input(name, views_page):
         assert moved != settled and back == settled, f"{name}: after a fast drag the picture was not the last value's"
 
     times = [_timed_input(page, cell, control, how, k) for k in range(ROUND_TRIPS)]
-    result.update(median_ms=round(sorted(times)[len(times) // 2], 1), max_ms=round(max(times), 1),
-                  all_ms=[round(t, 1) for t in times])
+    result.update(
+        median_ms=round(sorted(times)[len(times) // 2], 1),
+        max_ms=round(max(times), 1),
+        all_ms=[round(t, 1) for t in times],
+    )
     _timings[name] = result

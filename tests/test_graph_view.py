@@ -124,7 +124,9 @@ def test_step_text_sits_under_the_stepper_and_the_grads_table_under_the_picture(
     net, loss = mlp_loss()
     view = GraphView(loss, params=net)
     order = list(view.children)
-    assert order.index(view.stepper) + 1 == order.index(view.info) < order.index(view.picture) < order.index(view.summary)
+    assert (
+        order.index(view.stepper) + 1 == order.index(view.info) < order.index(view.picture) < order.index(view.summary)
+    )
     assert view.summary.value == ""
     view.step.value = view.step.max
     assert f"Step {view.step.max} of {view.step.max}" in view.info.value and "<table>" not in view.info.value
@@ -151,8 +153,13 @@ def test_one_drawing_per_change_and_per_rebuild(monkeypatch):
     x = torch.randn(5, 4)
     view = GraphView(lambda: net(x).pow(2).mean(), params=net)
     assert len(calls) == 1
-    for change in (lambda: setattr(view.step, "value", view.step.max), lambda: setattr(view.saved_box, "value", False),
-                   view.prev_button.click, view.next_button.click, view.rebuild_button.click):
+    for change in (
+        lambda: setattr(view.step, "value", view.step.max),
+        lambda: setattr(view.saved_box, "value", False),
+        view.prev_button.click,
+        view.next_button.click,
+        view.rebuild_button.click,
+    ):
         calls.clear()
         change()
         assert len(calls) == 1

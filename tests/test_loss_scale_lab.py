@@ -41,7 +41,10 @@ def test_large_initial_scale_overflows_naturally():
 
 
 def test_repr_is_short_and_stable():
-    assert repr(LossScaleLab(steps=10)) == "LossScaleLab(init_scale=2**16, growth_interval=100, backoff=0.5, overflow_rate=0)"
+    assert (
+        repr(LossScaleLab(steps=10))
+        == "LossScaleLab(init_scale=2**16, growth_interval=100, backoff=0.5, overflow_rate=0)"
+    )
 
 
 def test_needs_nonzero_gradients():
@@ -72,5 +75,10 @@ def test_legends_sit_above_the_plots():
     lab = LossScaleLab(steps=300, overflow_rate=0.02)
     svg = lab.picture.value
     plot_tops = [float(y) for y in re.findall(r'<g transform="translate\([\d.]+,([\d.]+)\)"><path', svg)]
-    legend_text_y = [float(y) for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" fill="#212529">(?:scale used|skipped|flushed|subnormal|inf|\|g\|)', svg)]
+    legend_text_y = [
+        float(y)
+        for y in re.findall(
+            r'<text x="[\d.]+" y="([\d.]+)" fill="#212529">(?:scale used|skipped|flushed|subnormal|inf|\|g\|)', svg
+        )
+    ]
     assert plot_tops and legend_text_y and max(legend_text_y) < min(plot_tops) - 20  # titles sit between

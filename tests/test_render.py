@@ -50,8 +50,15 @@ def test_every_kind_is_drawn_distinctly_with_a_legend():
     svg = to_svg(small_graph())
     kinds = node_groups(svg)
     assert kinds.count("output") == 1 and kinds.count("param") == 4 and kinds.count("op") >= 6
-    for text in ("output tensor", "backward op", "parameter (leaf)", "saved tensor", "stale (changed in place)",
-                 "freed by backward", "arrows: gradient flow (backward)"):
+    for text in (
+        "output tensor",
+        "backward op",
+        "parameter (leaf)",
+        "saved tensor",
+        "stale (changed in place)",
+        "freed by backward",
+        "arrows: gradient flow (backward)",
+    ):
         assert text in svg
     assert "0.weight" in svg and "2.bias" in svg
     assert 'class="saved ok"' in svg and "no grad needed" in svg
@@ -121,7 +128,7 @@ def test_layout_separates_boxes_and_edges_go_down():
     for spans in by_layer.values():
         spans.sort()
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
-    for arrow, route in zip(scene.arrows, lay.routes):
+    for route in lay.routes:
         assert route[0][1] < route[-1][1]  # gradient flows down the page
 
 

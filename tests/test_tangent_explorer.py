@@ -25,7 +25,9 @@ def test_slider_and_picker_redraw_and_match_a_fresh_view():
 
 def test_the_relu_kink_shows_autograd_and_the_central_difference_disagree():
     view = TangentExplorer(fn="relu(x)", x=0.0)
-    assert "f'(x) from autograd = 0.000000" in view.readout.value and "central difference = 0.500000" in view.readout.value
+    assert (
+        "f'(x) from autograd = 0.000000" in view.readout.value and "central difference = 0.500000" in view.readout.value
+    )
 
 
 def test_curve_is_computed_once_per_function():

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -37,8 +38,11 @@ def slider(name: str, attr: str) -> Control:
     def values(view):
         s = getattr(view, attr)
         count = round((s.max - s.min) / s.step)
-        return [s.min + i * s.step for i in range(count + 1)] if isinstance(s.step, int) else \
-            [round(s.min + i * s.step, 10) for i in range(count + 1)]
+        return (
+            [s.min + i * s.step for i in range(count + 1)]
+            if isinstance(s.step, int)
+            else [round(s.min + i * s.step, 10) for i in range(count + 1)]
+        )
 
     def corners(view):
         s = getattr(view, attr)
@@ -85,25 +89,43 @@ def fresh_tangent(v):
 
 
 def fresh_vjp(v):
-    fresh = VJPExplorer(op=v.op_picker.value, dim=v.dim_picker.value, wrt=v.wrt_picker.value, v=v.v_picker.value,
-                        index=v.index_box.value)
+    fresh = VJPExplorer(
+        op=v.op_picker.value,
+        dim=v.dim_picker.value,
+        wrt=v.wrt_picker.value,
+        v=v.v_picker.value,
+        index=v.index_box.value,
+    )
     for mine, theirs in zip(v.shape_boxes, fresh.shape_boxes):
         theirs.value = mine.value  # typed by a learner: may be invalid, so not a constructor argument
     return fresh
 
 
 def fresh_accumulation(v):
-    return AccumulationLab(accum_steps=v.k.value, reduction=v.reduction.value, spread=v.spread.value, dtype=v.dtype.value)
+    return AccumulationLab(
+        accum_steps=v.k.value, reduction=v.reduction.value, spread=v.spread.value, dtype=v.dtype.value
+    )
 
 
 def fresh_loss_scale(v):
-    return LossScaleLab(steps=v.steps, init_scale_log2=v.init_scale.value, growth_interval=v.growth_interval.value,
-                        backoff_factor=v.backoff.value, overflow_rate=v.overflow_rate.value)
+    return LossScaleLab(
+        steps=v.steps,
+        init_scale_log2=v.init_scale.value,
+        growth_interval=v.growth_interval.value,
+        backoff_factor=v.backoff.value,
+        overflow_rate=v.overflow_rate.value,
+    )
 
 
 def fresh_graph(v, **kwargs):
-    fresh = GraphView(graph_source, params=NET, saved=v.saved_box.value, shapes=v.shapes_box.value,
-                      direction=v.direction.value, **kwargs)
+    fresh = GraphView(
+        graph_source,
+        params=NET,
+        saved=v.saved_box.value,
+        shapes=v.shapes_box.value,
+        direction=v.direction.value,
+        **kwargs,
+    )
     fresh.expand.value = v.expand.value
     fresh.step.value = v.step.value
     return fresh
@@ -111,36 +133,68 @@ def fresh_graph(v, **kwargs):
 
 VJP_SHAPES = ["", "1", "6", "2, 3, 4", "6, 4", "7", "2, 2, 2, 2", "two"]
 VIEWS = {
-    "TangentExplorer": (lambda: TangentExplorer(), fresh_tangent, [
-        slider("x", "x_slider"), options("f(x)", "fn_picker")]),
-    "VJPExplorer": (lambda: VJPExplorer(), fresh_vjp, [
-        options("op", "op_picker"),
-        shape_box("first shape", 0, "1", "2, 3, 4", VJP_SHAPES),
-        shape_box("second shape", 1, "1", "4, 6", ["4", "3, 1", "2, 4", "9"]),
-        options("dim", "dim_picker"),
-        options("wrt", "wrt_picker"),
-        options("v", "v_picker"),
-        Control("index", lambda v: v.index_box, lambda v: [v.index_box.min, v.index_box.max],
-                lambda v: list(range(v.index_box.min, v.index_box.max + 1))),
-    ]),
-    "AccumulationLab": (lambda: AccumulationLab(), fresh_accumulation, [
-        options("K", "k"), options("reduction", "reduction"), slider("spread", "spread"), options("dtype", "dtype")]),
-    "LossScaleLab": (lambda: LossScaleLab(steps=2000), fresh_loss_scale, [
-        slider("initial scale", "init_scale"), slider("growth interval", "growth_interval"),
-        slider("backoff", "backoff"), slider("overflow rate", "overflow_rate")]),
-    "GraphView": (lambda: GraphView(graph_source, params=NET), fresh_graph, [
-        Control("saved tensors", lambda v: v.saved_box, lambda v: [False, True], lambda v: [False, True]),
-        Control("shapes", lambda v: v.shapes_box, lambda v: [False, True], lambda v: [False, True]),
-        options("arrows", "direction"),
-        slider("backward step", "step"),
-    ]),
-    "GraphView collapsed": (lambda: GraphView(graph_source, params=NET, max_nodes=4),
-                            lambda v: fresh_graph(v, max_nodes=4), [
-        Control("expand", lambda v: v.expand, lambda v: [(), tuple(v.expand.options)],
-                lambda v: [(), *[(o,) for o in v.expand.options], tuple(v.expand.options)]),
-        slider("backward step", "step"),
-        options("arrows", "direction"),
-    ]),
+    "TangentExplorer": (
+        lambda: TangentExplorer(),
+        fresh_tangent,
+        [slider("x", "x_slider"), options("f(x)", "fn_picker")],
+    ),
+    "VJPExplorer": (
+        lambda: VJPExplorer(),
+        fresh_vjp,
+        [
+            options("op", "op_picker"),
+            shape_box("first shape", 0, "1", "2, 3, 4", VJP_SHAPES),
+            shape_box("second shape", 1, "1", "4, 6", ["4", "3, 1", "2, 4", "9"]),
+            options("dim", "dim_picker"),
+            options("wrt", "wrt_picker"),
+            options("v", "v_picker"),
+            Control(
+                "index",
+                lambda v: v.index_box,
+                lambda v: [v.index_box.min, v.index_box.max],
+                lambda v: list(range(v.index_box.min, v.index_box.max + 1)),
+            ),
+        ],
+    ),
+    "AccumulationLab": (
+        lambda: AccumulationLab(),
+        fresh_accumulation,
+        [options("K", "k"), options("reduction", "reduction"), slider("spread", "spread"), options("dtype", "dtype")],
+    ),
+    "LossScaleLab": (
+        lambda: LossScaleLab(steps=2000),
+        fresh_loss_scale,
+        [
+            slider("initial scale", "init_scale"),
+            slider("growth interval", "growth_interval"),
+            slider("backoff", "backoff"),
+            slider("overflow rate", "overflow_rate"),
+        ],
+    ),
+    "GraphView": (
+        lambda: GraphView(graph_source, params=NET),
+        fresh_graph,
+        [
+            Control("saved tensors", lambda v: v.saved_box, lambda v: [False, True], lambda v: [False, True]),
+            Control("shapes", lambda v: v.shapes_box, lambda v: [False, True], lambda v: [False, True]),
+            options("arrows", "direction"),
+            slider("backward step", "step"),
+        ],
+    ),
+    "GraphView collapsed": (
+        lambda: GraphView(graph_source, params=NET, max_nodes=4),
+        lambda v: fresh_graph(v, max_nodes=4),
+        [
+            Control(
+                "expand",
+                lambda v: v.expand,
+                lambda v: [(), tuple(v.expand.options)],
+                lambda v: [(), *[(o,) for o in v.expand.options], tuple(v.expand.options)],
+            ),
+            slider("backward step", "step"),
+            options("arrows", "direction"),
+        ],
+    ),
 }
 
 

@@ -83,8 +83,8 @@ def test_repr_is_short_and_stable(view):
 
 def test_zero_vjp_is_drawn_as_zero_not_as_saturated_noise():
     """softmax with v = ones: vᵀJ is rounding noise around 0; it must look like 0 (white, printed ≈0)."""
-    from autogradlab.render.chart import diverging
     from autogradlab.models.vjp import rounding_level
+    from autogradlab.render.chart import diverging
     from autogradlab.views.vjp_explorer import ZERO_UP_TO_ROUNDING, colour_scales
 
     r = explore("softmax", [(2, 3)], v="ones")
@@ -113,7 +113,7 @@ def test_colour_scales_are_symmetric_and_keep_real_values_saturated():
 def test_in_cell_numbers_are_readable():
     view = VJPExplorer(op="softmax")
     sizes = [int(s) for s in re.findall(r'font-size="(\d+)"', view.picture.value)]
-    assert "font-size=\"12\"" in view.picture.value[:400] and min(sizes, default=12) >= 11
+    assert 'font-size="12"' in view.picture.value[:400] and min(sizes, default=12) >= 11
 
 
 @pytest.mark.parametrize("op, shape", [("relu", ""), ("mean over a dim", "1"), ("sum over a dim", "6")])

@@ -32,8 +32,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as w
 
@@ -52,12 +53,14 @@ class Wire:
         self.messages: list[tuple[str, dict]] = []
         self._orig = w.Widget._send
 
-    def __enter__(self) -> "Wire":
+    def __enter__(self) -> Wire:
         wire = self
 
         def send(widget, msg, buffers=None):
             start = time.perf_counter()
-            wire.bytes += len(json.dumps(msg, separators=(",", ":")).encode()) + sum(len(memoryview(b)) for b in buffers or ())
+            wire.bytes += len(json.dumps(msg, separators=(",", ":")).encode()) + sum(
+                len(memoryview(b)) for b in buffers or ()
+            )
             wire.messages.append((widget.model_id, msg))
             result = wire._orig(widget, msg, buffers)
             wire.ms += (time.perf_counter() - start) * 1000
@@ -74,9 +77,13 @@ class Wire:
         self.messages.clear()
 
     def redraws(self, picture: w.Widget) -> int:
-        return sum(1 for mid, msg in self.messages
-                   if mid == picture.model_id and msg.get("method") == "update"
-                   and ("value" in msg.get("state", {}) or ["value"] in msg.get("buffer_paths", [])))
+        return sum(
+            1
+            for mid, msg in self.messages
+            if mid == picture.model_id
+            and msg.get("method") == "update"
+            and ("value" in msg.get("state", {}) or ["value"] in msg.get("buffer_paths", []))
+        )
 
 
 def from_browser(widget: w.Widget, value: Any) -> None:
@@ -86,7 +93,9 @@ def from_browser(widget: w.Widget, value: Any) -> None:
         return
     if hasattr(widget, "index") and hasattr(widget, "options"):  # selection widgets sync the index
         values = [o[1] for o in widget._options_full]
-        state = {"index": [values.index(v) for v in value] if isinstance(widget, w.SelectMultiple) else values.index(value)}
+        state = {
+            "index": [values.index(v) for v in value] if isinstance(widget, w.SelectMultiple) else values.index(value)
+        }
     else:
         state = {"value": value}
     widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
@@ -135,8 +144,9 @@ def slider(name, attr, integer=False):
         s = getattr(view, attr)
         vals = sweep(s.min, s.max, s.step, n + 1, integer)
         if vals[0] == s.value:
-            return vals[1:n + 1]
+            return vals[1 : n + 1]
         return vals[:n]
+
     return Control(name, lambda v: getattr(v, attr), values)
 
 
@@ -144,16 +154,21 @@ def picker(name, attr, prepare=lambda v: None):
     def values(view, n):
         s = getattr(view, attr)
         return cycle([o[1] if isinstance(o, tuple) else o for o in s._options_full], n, s.value)
+
     return Control(name, lambda v: getattr(v, attr), values, prepare)
 
 
 def _tangent():
     from autogradlab.views import TangentExplorer
 
-    return Spec("TangentExplorer", lambda: TangentExplorer(x=1.0), [
-        slider("x", "x_slider"),
-        picker("f(x)", "fn_picker"),
-    ])
+    return Spec(
+        "TangentExplorer",
+        lambda: TangentExplorer(x=1.0),
+        [
+            slider("x", "x_slider"),
+            picker("f(x)", "fn_picker"),
+        ],
+    )
 
 
 def _vjp():
@@ -164,24 +179,35 @@ def _vjp():
     def to_op(op):
         def prepare(view):
             view.op_picker.value = op
+
         return prepare
 
     def one_hot(view):
         view.op_picker.value = "softmax"
         view.v_picker.value = "one-hot"
 
-    return Spec("VJPExplorer", lambda: VJPExplorer(op="softmax"), [
-        picker("op", "op_picker"),
-        Control("x shape", lambda v: v.shape_boxes[0], lambda v, n: cycle(shapes, n, v.shape_boxes[0].value), to_op("softmax")),
-        picker("dim", "dim_picker", to_op("softmax")),
-        picker("∂ w.r.t.", "wrt_picker", to_op("matmul")),
-        picker("v", "v_picker", to_op("softmax")),
-        Control("index", lambda v: v.index_box, lambda v, n: cycle(list(range(6)), n, v.index_box.value), one_hot),
-    ])
+    return Spec(
+        "VJPExplorer",
+        lambda: VJPExplorer(op="softmax"),
+        [
+            picker("op", "op_picker"),
+            Control(
+                "x shape",
+                lambda v: v.shape_boxes[0],
+                lambda v, n: cycle(shapes, n, v.shape_boxes[0].value),
+                to_op("softmax"),
+            ),
+            picker("dim", "dim_picker", to_op("softmax")),
+            picker("∂ w.r.t.", "wrt_picker", to_op("matmul")),
+            picker("v", "v_picker", to_op("softmax")),
+            Control("index", lambda v: v.index_box, lambda v, n: cycle(list(range(6)), n, v.index_box.value), one_hot),
+        ],
+    )
 
 
 def _graph():
     import torch
+
     from autogradlab.views import GraphView
 
     def build():
@@ -190,12 +216,24 @@ def _graph():
         batch = torch.randn(8, 3)
         return GraphView(lambda: net(batch).pow(2).mean(), params=net)
 
-    return Spec("GraphView", build, [
-        slider("backward step", "step", integer=True),
-        Control("saved tensors", lambda v: v.saved_box, lambda v, n: [bool((i + 1 + v.saved_box.value) % 2) for i in range(n)]),
-        Control("shapes", lambda v: v.shapes_box, lambda v, n: [bool((i + 1 + v.shapes_box.value) % 2) for i in range(n)]),
-        picker("arrows", "direction"),
-    ])
+    return Spec(
+        "GraphView",
+        build,
+        [
+            slider("backward step", "step", integer=True),
+            Control(
+                "saved tensors",
+                lambda v: v.saved_box,
+                lambda v, n: [bool((i + 1 + v.saved_box.value) % 2) for i in range(n)],
+            ),
+            Control(
+                "shapes",
+                lambda v: v.shapes_box,
+                lambda v, n: [bool((i + 1 + v.shapes_box.value) % 2) for i in range(n)],
+            ),
+            picker("arrows", "direction"),
+        ],
+    )
 
 
 def _inspector():
@@ -205,13 +243,25 @@ def _inspector():
         if view.session.done:
             view.reset_button.click()
 
-    return Spec("TrainStepInspector", TrainStepInspector, [
-        Control("Next line ▶", lambda v: v.next_button, lambda v, n: [None] * n, before_each=fresh_if_done),
-        Control("Run to end", lambda v: v.run_button, lambda v, n: [None] * n,
-                before_each=lambda v: v.reset_button.click()),
-        Control("Reset ↺", lambda v: v.reset_button, lambda v, n: [None] * n,
-                before_each=lambda v: v.next_button.click()),
-    ])
+    return Spec(
+        "TrainStepInspector",
+        TrainStepInspector,
+        [
+            Control("Next line ▶", lambda v: v.next_button, lambda v, n: [None] * n, before_each=fresh_if_done),
+            Control(
+                "Run to end",
+                lambda v: v.run_button,
+                lambda v, n: [None] * n,
+                before_each=lambda v: v.reset_button.click(),
+            ),
+            Control(
+                "Reset ↺",
+                lambda v: v.reset_button,
+                lambda v, n: [None] * n,
+                before_each=lambda v: v.next_button.click(),
+            ),
+        ],
+    )
 
 
 def _accumulation():
@@ -222,12 +272,17 @@ def _accumulation():
 
         getattr(module, "_SWEEPS", {}).clear()
 
-    return Spec("AccumulationLab", AccumulationLab, [
-        Control("K", lambda v: v.k, lambda v, n: cycle(list(v.k.options), n, v.k.value)),
-        picker("reduction", "reduction"),
-        slider("length spread", "spread"),
-        picker("dtype", "dtype"),
-    ], forget)
+    return Spec(
+        "AccumulationLab",
+        AccumulationLab,
+        [
+            Control("K", lambda v: v.k, lambda v, n: cycle(list(v.k.options), n, v.k.value)),
+            picker("reduction", "reduction"),
+            slider("length spread", "spread"),
+            picker("dtype", "dtype"),
+        ],
+        forget,
+    )
 
 
 def _loss_scale():
@@ -239,16 +294,27 @@ def _loss_scale():
         if hasattr(module, "_overflows_fp16_cached"):
             module._overflows_fp16_cached.cache_clear()
 
-    return Spec("LossScaleLab", LossScaleLab, [
-        slider("initial scale", "init_scale", integer=True),
-        slider("growth interval", "growth_interval", integer=True),
-        slider("backoff", "backoff"),
-        slider("overflow rate", "overflow_rate"),
-    ], forget)
+    return Spec(
+        "LossScaleLab",
+        LossScaleLab,
+        [
+            slider("initial scale", "init_scale", integer=True),
+            slider("growth interval", "growth_interval", integer=True),
+            slider("backoff", "backoff"),
+            slider("overflow rate", "overflow_rate"),
+        ],
+        forget,
+    )
 
 
-SPECS = {"TangentExplorer": _tangent, "GraphView": _graph, "VJPExplorer": _vjp, "TrainStepInspector": _inspector,
-         "AccumulationLab": _accumulation, "LossScaleLab": _loss_scale}
+SPECS = {
+    "TangentExplorer": _tangent,
+    "GraphView": _graph,
+    "VJPExplorer": _vjp,
+    "TrainStepInspector": _inspector,
+    "AccumulationLab": _accumulation,
+    "LossScaleLab": _loss_scale,
+}
 
 
 def _picture(view) -> w.Widget:
@@ -271,7 +337,9 @@ class Row:
     errors: list[str]
 
 
-def run_control(spec: Spec, control: Control, n: int, wire: Wire) -> tuple[list[float], list[int], list[int], list[str]]:
+def run_control(
+    spec: Spec, control: Control, n: int, wire: Wire
+) -> tuple[list[float], list[int], list[int], list[str]]:
     spec.forget()
     view = spec.build()
     control.prepare(view)
@@ -309,24 +377,47 @@ def bench(names: list[str], n: int, repeat: int) -> tuple[list[Row], dict[str, f
             for i, control in enumerate(spec.controls):
                 passes = [run_control(spec, control, n, wire) for _ in range(repeat)]
                 times = [t for p in passes for t in p[0]]
-                sizes, redraws, errors = passes[0][1], [r for p in passes for r in p[2]], [e for p in passes for e in p[3]]
-                rows.append(Row(name, control.name, statistics.median(builds) if i == 0 else None,
-                                statistics.median(p[0][0] for p in passes), statistics.median(times), max(times),
-                                int(statistics.median(sizes)), (min(redraws), max(redraws)), errors))
+                sizes, redraws, errors = (
+                    passes[0][1],
+                    [r for p in passes for r in p[2]],
+                    [e for p in passes for e in p[3]],
+                )
+                rows.append(
+                    Row(
+                        name,
+                        control.name,
+                        statistics.median(builds) if i == 0 else None,
+                        statistics.median(p[0][0] for p in passes),
+                        statistics.median(times),
+                        max(times),
+                        int(statistics.median(sizes)),
+                        (min(redraws), max(redraws)),
+                        errors,
+                    )
+                )
     return rows, cold
 
 
 def render(rows: list[Row], cold: dict[str, float], n: int, repeat: int) -> str:
-    head = f"{'view':<19} {'control':<16} {'build':>7} {'first':>7} {'median':>7} {'max':>7} {'bytes':>8} {'redraws':>8}"
-    lines = [f"{n} changes per control, {repeat} pass(es) from a fresh view and empty caches; times in ms", head,
-             "-" * len(head)]
+    head = (
+        f"{'view':<19} {'control':<16} {'build':>7} {'first':>7} {'median':>7} {'max':>7} {'bytes':>8} {'redraws':>8}"
+    )
+    lines = [
+        f"{n} changes per control, {repeat} pass(es) from a fresh view and empty caches; times in ms",
+        head,
+        "-" * len(head),
+    ]
     for r in rows:
         build = f"{r.build_ms:7.1f}" if r.build_ms is not None else " " * 7
         redraws = f"{r.redraws[0]}" if r.redraws[0] == r.redraws[1] else f"{r.redraws[0]}–{r.redraws[1]}"
-        lines.append(f"{r.view:<19} {r.control:<16} {build} {r.first_ms:7.1f} {r.median_ms:7.1f} {r.max_ms:7.1f} "
-                     f"{r.bytes:8d} {redraws:>8}" + (f"  {len(r.errors)} ERRORS" if r.errors else ""))
-    lines.append("first build in this process (one-time imports and warm-up included): "
-                 + ", ".join(f"{k} {v:.0f} ms" for k, v in cold.items()))
+        lines.append(
+            f"{r.view:<19} {r.control:<16} {build} {r.first_ms:7.1f} {r.median_ms:7.1f} {r.max_ms:7.1f} "
+            f"{r.bytes:8d} {redraws:>8}" + (f"  {len(r.errors)} ERRORS" if r.errors else "")
+        )
+    lines.append(
+        "first build in this process (one-time imports and warm-up included): "
+        + ", ".join(f"{k} {v:.0f} ms" for k, v in cold.items())
+    )
     for r in rows:
         for e in r.errors[:3]:
             lines.append(f"ERROR {r.view}/{r.control}: {e}")
@@ -336,8 +427,13 @@ def render(rows: list[Row], cold: dict[str, float], n: int, repeat: int) -> str:
     worst_build = max(builds, key=lambda r: r.build_ms)
     most_redraws = max(r.redraws[1] for r in rows)
     errors = sum(len(r.errors) for r in rows)
-    ok = (worst_median.median_ms <= GOAL_MEDIAN_MS and worst_max.max_ms <= GOAL_MAX_MS
-          and worst_build.build_ms <= GOAL_BUILD_MS and most_redraws <= 1 and errors == 0)
+    ok = (
+        worst_median.median_ms <= GOAL_MEDIAN_MS
+        and worst_max.max_ms <= GOAL_MAX_MS
+        and worst_build.build_ms <= GOAL_BUILD_MS
+        and most_redraws <= 1
+        and errors == 0
+    )
     lines.append(
         f"GOALS {'MET' if ok else 'NOT MET'}: worst median {worst_median.median_ms:.1f} ms "
         f"({worst_median.view}/{worst_median.control}; goal ≤ {GOAL_MEDIAN_MS:.0f}), worst max {worst_max.max_ms:.1f} ms "
@@ -433,10 +529,13 @@ def profile_change(spec: Spec, control: Control, wire: Wire) -> dict[str, float]
 
 def render_profile(names: list[str], repeat: int) -> str:
     head = f"{'view':<19} {'control':<16} {'total':>7} " + " ".join(f"{c:>7}" for c in CATEGORIES)
-    lines = [f"where one change goes, ms (of {repeat} changes from fresh views, the one with the median total): model = the "
-             "autogradlab.models calls; png = matplotlib draw + PNG encoding; svg = building the SVG; send = "
-             "serialising the comm messages; rest = everything else (building a matplotlib figure, the view's glue)",
-             head, "-" * len(head)]
+    lines = [
+        f"where one change goes, ms (of {repeat} changes from fresh views, the one with the median total): model = the "
+        "autogradlab.models calls; png = matplotlib draw + PNG encoding; svg = building the SVG; send = "
+        "serialising the comm messages; rest = everything else (building a matplotlib figure, the view's glue)",
+        head,
+        "-" * len(head),
+    ]
     with Wire() as wire:
         for name in names:
             spec = SPECS[name]()
@@ -444,8 +543,9 @@ def render_profile(names: list[str], repeat: int) -> str:
             for control in spec.controls:
                 runs = sorted((profile_change(spec, control, wire) for _ in range(repeat)), key=lambda r: r["total"])
                 p = runs[len(runs) // 2]  # the run with the median total, so its parts add up
-                lines.append(f"{name:<19} {control.name:<16} {p['total']:7.1f} "
-                             + " ".join(f"{p[c]:7.1f}" for c in CATEGORIES))
+                lines.append(
+                    f"{name:<19} {control.name:<16} {p['total']:7.1f} " + " ".join(f"{p[c]:7.1f}" for c in CATEGORIES)
+                )
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ True
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 BLUE, ORANGE, GREEN, RED, PURPLE, GRAY = "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#7f7f7f"
 CRIMSON, INK, MUTED, GRID = "#dc143c", "#212529", "#495057", "#e9ecef"
@@ -29,8 +29,19 @@ FONT_SIZE = 12  # ticks, legends, cell numbers: at least 11 px everywhere
 LABEL_SIZE = 13
 
 # ColorBrewer RdBu (11 classes), blue for negative, white at 0, red for positive (matplotlib's RdBu_r).
-_DIVERGING = ["#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
-              "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"]
+_DIVERGING = [
+    "#053061",
+    "#2166ac",
+    "#4393c3",
+    "#92c5de",
+    "#d1e5f0",
+    "#f7f7f7",
+    "#fddbc7",
+    "#f4a582",
+    "#d6604d",
+    "#b2182b",
+    "#67001f",
+]
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -102,7 +113,7 @@ def diverging(value: float, scale: float) -> str:
     i = min(int(pos), len(_DIVERGING) - 2)
     f = pos - i
     a, b = _DIVERGING[i], _DIVERGING[i + 1]
-    rgb = [round(int(a[k:k + 2], 16) * (1 - f) + int(b[k:k + 2], 16) * f) for k in (1, 3, 5)]
+    rgb = [round(int(a[k : k + 2], 16) * (1 - f) + int(b[k : k + 2], 16) * f) for k in (1, 3, 5)]
     return "#" + "".join(f"{c:02x}" for c in rgb)
 
 
@@ -143,8 +154,17 @@ def _f(v: float) -> str:
 class Panel:
     """One plot area: data drawn in data coordinates (clipped), plus its axes, ticks, labels and title."""
 
-    def __init__(self, left: float, top: float, width: float, height: float, xlim: tuple[float, float],
-                 ylim: tuple[float, float], xlog: bool = False, ylog: bool = False):
+    def __init__(
+        self,
+        left: float,
+        top: float,
+        width: float,
+        height: float,
+        xlim: tuple[float, float],
+        ylim: tuple[float, float],
+        xlog: bool = False,
+        ylog: bool = False,
+    ):
         self.left, self.top, self.width, self.height = left, top, width, height
         self.x = Axis(*xlim, width, log=xlog)
         self.y = Axis(*ylim, height, log=ylog, flip=True)
@@ -171,8 +191,15 @@ class Panel:
             runs.append(run)
         return runs
 
-    def line(self, xs: Sequence[float], ys: Sequence[float], color: str = BLUE, width: float = 1.8,
-             dash: str | None = None, step: bool = False) -> None:
+    def line(
+        self,
+        xs: Sequence[float],
+        ys: Sequence[float],
+        color: str = BLUE,
+        width: float = 1.8,
+        dash: str | None = None,
+        step: bool = False,
+    ) -> None:
         """A polyline through the points; ``step=True`` holds each value until the next x (a 'post' step plot)."""
         if step:  # only the corners: a flat run of a thousand steps is two points
             sx, sy = [], []
@@ -193,18 +220,23 @@ class Panel:
             kept = [c for i, c in enumerate(coords) if i == 0 or c != coords[i - 1]]
             if len(kept) == 1:
                 kept.append(kept[0])
-            self.data.append(f'<path d="M{"L".join(kept)}" fill="none" stroke="{color}" stroke-width="{width}"'
-                             f' stroke-linejoin="round"{style}/>')
+            self.data.append(
+                f'<path d="M{"L".join(kept)}" fill="none" stroke="{color}" stroke-width="{width}"'
+                f' stroke-linejoin="round"{style}/>'
+            )
 
-    def markers(self, xs: Sequence[float], ys: Sequence[float], color: str = BLUE, shape: str = "o",
-                size: float = 4.0) -> None:
+    def markers(
+        self, xs: Sequence[float], ys: Sequence[float], color: str = BLUE, shape: str = "o", size: float = 4.0
+    ) -> None:
         """Circles (``"o"``) or crosses (``"x"``) at the points."""
         parts = []
         for run in self._points(xs, ys):
             for px, py in run:
                 if shape == "x":
-                    parts.append(f"M{_f(px - size)},{_f(py - size)}l{_f(2 * size)},{_f(2 * size)}"
-                                 f"M{_f(px - size)},{_f(py + size)}l{_f(2 * size)},{_f(-2 * size)}")
+                    parts.append(
+                        f"M{_f(px - size)},{_f(py - size)}l{_f(2 * size)},{_f(2 * size)}"
+                        f"M{_f(px - size)},{_f(py + size)}l{_f(2 * size)},{_f(-2 * size)}"
+                    )
                 else:
                     self.data.append(f'<circle cx="{_f(px)}" cy="{_f(py)}" r="{size}" fill="{color}"/>')
         if parts:
@@ -218,8 +250,10 @@ class Panel:
         a, b = sorted((self.x(x0), self.x(x1)))
         a, b = max(a, -1.0), min(b, self.width + 1)
         if b > a:
-            self.data.append(f'<rect x="{_f(a)}" y="0" width="{_f(b - a)}" height="{_f(self.height)}" '
-                             f'fill="{color}" fill-opacity="{opacity}"/>')
+            self.data.append(
+                f'<rect x="{_f(a)}" y="0" width="{_f(b - a)}" height="{_f(self.height)}" '
+                f'fill="{color}" fill-opacity="{opacity}"/>'
+            )
 
     def stairs(self, counts: Sequence[float], edges: Sequence[float], color: str, opacity: float = 0.8) -> None:
         """A histogram: ``counts[i]`` between ``edges[i]`` and ``edges[i+1]``, filled, as one path."""
@@ -231,8 +265,18 @@ class Panel:
         d.append(f"L{_f(self.x(edges[-1]))},{_f(base)}Z")
         self.data.append(f'<path d="{"".join(d)}" fill="{color}" fill-opacity="{opacity}" stroke="none"/>')
 
-    def label(self, x: float, y: float, text: str, color: str = INK, anchor: str = "start", dx: float = 0,
-              dy: float = 0, size: float = FONT_SIZE, weight: str = "normal") -> None:
+    def label(
+        self,
+        x: float,
+        y: float,
+        text: str,
+        color: str = INK,
+        anchor: str = "start",
+        dx: float = 0,
+        dy: float = 0,
+        size: float = FONT_SIZE,
+        weight: str = "normal",
+    ) -> None:
         """Text at a data position (kept inside the plot area)."""
         px = min(max(self.x(x) + dx, 2), self.width - 2)
         py = min(max(self.y(y) + dy, size), self.height - 3)
@@ -255,21 +299,40 @@ class Panel:
             for j, v in enumerate(row):
                 v = float(v)
                 shade = 0.0 if abs(v) <= dead_zone else v
-                cells.append(f'<rect x="{_f(j * cw)}" y="{_f(i * ch)}" width="{_f(cw)}" height="{_f(ch)}" '
-                             f'fill="{diverging(shade, scale)}"/>')
+                cells.append(
+                    f'<rect x="{_f(j * cw)}" y="{_f(i * ch)}" width="{_f(cw)}" height="{_f(ch)}" '
+                    f'fill="{diverging(shade, scale)}"/>'
+                )
                 if annotate is not None:
                     dark = scale > 0 and abs(v) > 0.6 * scale
-                    texts.append(_text(j * cw + cw / 2, i * ch + ch / 2 + 4, annotate(v), anchor="middle",
-                                       color="#ffffff" if dark else INK))
+                    texts.append(
+                        _text(
+                            j * cw + cw / 2,
+                            i * ch + ch / 2 + 4,
+                            annotate(v),
+                            anchor="middle",
+                            color="#ffffff" if dark else INK,
+                        )
+                    )
         # hairlines between cells: neighbouring white (zero) cells stay apart
-        lines = [f"M{_f(j * cw)},0V{_f(rows * ch)}" for j in range(1, cols)] + [f"M0,{_f(i * ch)}H{_f(cols * cw)}" for i in range(1, rows)]
+        lines = [f"M{_f(j * cw)},0V{_f(rows * ch)}" for j in range(1, cols)] + [
+            f"M0,{_f(i * ch)}H{_f(cols * cw)}" for i in range(1, rows)
+        ]
         grid = [f'<path d="{"".join(lines)}" stroke="#dee2e6" stroke-width="1"/>'] if lines else []
         self.data.extend(cells + grid + texts)
 
     # ---------------------------------------------------------------------------- frame (not clipped)
 
-    def axes(self, xlabel: str = "", ylabel: str = "", title: str = "", xticks=None, yticks=None,
-             grid: bool = True, box: bool = True) -> None:
+    def axes(
+        self,
+        xlabel: str = "",
+        ylabel: str = "",
+        title: str = "",
+        xticks=None,
+        yticks=None,
+        grid: bool = True,
+        box: bool = True,
+    ) -> None:
         """Frame, ticks with labels, grid lines, axis labels and title.
 
         ``xticks``/``yticks``: a list of values or of (value, label) pairs; default: round values.
@@ -277,12 +340,16 @@ class Panel:
         xt = _ticks(xticks, self.x, max(3, int(self.width // 70)))
         yt = _ticks(yticks, self.y, max(3, int(self.height // 45)))
         out = self.frame
-        lines = [f"M{_f(self.x(v))},0V{_f(self.height)}" for v, _ in xt] + [f"M0,{_f(self.y(v))}H{_f(self.width)}" for v, _ in yt]
+        lines = [f"M{_f(self.x(v))},0V{_f(self.height)}" for v, _ in xt] + [
+            f"M0,{_f(self.y(v))}H{_f(self.width)}" for v, _ in yt
+        ]
         if grid and lines:
             self.grid.append(f'<path d="{"".join(lines)}" stroke="{GRID}" stroke-width="1"/>')
         if box:
-            out.append(f'<rect x="0" y="0" width="{_f(self.width)}" height="{_f(self.height)}" fill="none" '
-                       f'stroke="#adb5bd" stroke-width="1"/>')
+            out.append(
+                f'<rect x="0" y="0" width="{_f(self.width)}" height="{_f(self.height)}" fill="none" '
+                f'stroke="#adb5bd" stroke-width="1"/>'
+            )
         for v, text in xt:
             out.append(_text(self.x(v), self.height + 15, text, anchor="middle", color=MUTED))
         for v, text in yt:
@@ -292,15 +359,19 @@ class Panel:
         if ylabel:
             widest = max((text_width(t) for _, t in yt), default=0.0)
             x = -widest - 14
-            out.append(f'<text transform="translate({_f(x)},{_f(self.height / 2)}) rotate(-90)" text-anchor="middle" '
-                       f'font-size="{LABEL_SIZE}" fill="{INK}">{escape(ylabel)}</text>')
+            out.append(
+                f'<text transform="translate({_f(x)},{_f(self.height / 2)}) rotate(-90)" text-anchor="middle" '
+                f'font-size="{LABEL_SIZE}" fill="{INK}">{escape(ylabel)}</text>'
+            )
         if title:
             out.append(_text(self.width / 2, -8, title, anchor="middle", size=LABEL_SIZE, weight="600"))
 
     def svg(self) -> str:
-        return (f'<g transform="translate({_f(self.left)},{_f(self.top)})">'
-                f'{"".join(self.grid)}<svg x="0" y="0" width="{_f(self.width)}" height="{_f(self.height)}">{"".join(self.data)}</svg>'
-                f'{"".join(self.frame)}</g>')
+        return (
+            f'<g transform="translate({_f(self.left)},{_f(self.top)})">'
+            f'{"".join(self.grid)}<svg x="0" y="0" width="{_f(self.width)}" height="{_f(self.height)}">{"".join(self.data)}</svg>'
+            f"{''.join(self.frame)}</g>"
+        )
 
 
 def _ticks(ticks, axis: Axis, target: int) -> list[tuple[float, str]]:
@@ -314,8 +385,15 @@ def _ticks(ticks, axis: Axis, target: int) -> list[tuple[float, str]]:
     return out
 
 
-def _text(x: float, y: float, text: str, color: str = INK, anchor: str = "start", size: float = FONT_SIZE,
-          weight: str = "normal") -> str:
+def _text(
+    x: float,
+    y: float,
+    text: str,
+    color: str = INK,
+    anchor: str = "start",
+    size: float = FONT_SIZE,
+    weight: str = "normal",
+) -> str:
     extra = f' font-weight="{weight}"' if weight != "normal" else ""
     anchor_attr = f' text-anchor="{anchor}"' if anchor != "start" else ""
     size_attr = f' font-size="{size}"' if size != FONT_SIZE else ""
@@ -358,14 +436,18 @@ class Chart:
                 self.extra.append(f'<path d="M{_f(cx)},{_f(mid)}h20" stroke="{color}" stroke-width="2"{dash}/>')
             elif kind == "marker":
                 if len(item) > 3 and item[3] == "x":
-                    self.extra.append(f'<path d="M{_f(cx + 6)},{_f(mid - 4)}l8,8M{_f(cx + 6)},{_f(mid + 4)}l8,-8" '
-                                      f'stroke="{color}" stroke-width="1.6"/>')
+                    self.extra.append(
+                        f'<path d="M{_f(cx + 6)},{_f(mid - 4)}l8,8M{_f(cx + 6)},{_f(mid + 4)}l8,-8" '
+                        f'stroke="{color}" stroke-width="1.6"/>'
+                    )
                 else:
                     self.extra.append(f'<circle cx="{_f(cx + 10)}" cy="{_f(mid)}" r="4.5" fill="{color}"/>')
             else:
                 opacity = item[3] if len(item) > 3 else 0.8
-                self.extra.append(f'<rect x="{_f(cx + 2)}" y="{_f(mid - 6)}" width="16" height="12" fill="{color}" '
-                                  f'fill-opacity="{opacity}"/>')
+                self.extra.append(
+                    f'<rect x="{_f(cx + 2)}" y="{_f(mid - 6)}" width="16" height="12" fill="{color}" '
+                    f'fill-opacity="{opacity}"/>'
+                )
             self.extra.append(_text(cx + 26, mid + 4, text))
             cx += item_w
         return cy + row_h - y
@@ -376,10 +458,18 @@ class Chart:
         steps = 24
         for k in range(steps):
             v = -scale + (k + 0.5) * 2 * scale / steps
-            self.extra.append(f'<rect x="{_f(x + k * width / steps)}" y="{_f(y)}" width="{_f(width / steps + 0.3)}" '
-                              f'height="10" fill="{diverging(v, scale)}"/>')
-        self.extra.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(width)}" height="10" fill="none" stroke="#adb5bd"/>')
-        for frac, text, anchor in ((0.0, number(-scale, 2), "start"), (0.5, "0", "middle"), (1.0, number(scale, 2), "end")):
+            self.extra.append(
+                f'<rect x="{_f(x + k * width / steps)}" y="{_f(y)}" width="{_f(width / steps + 0.3)}" '
+                f'height="10" fill="{diverging(v, scale)}"/>'
+            )
+        self.extra.append(
+            f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(width)}" height="10" fill="none" stroke="#adb5bd"/>'
+        )
+        for frac, text, anchor in (
+            (0.0, number(-scale, 2), "start"),
+            (0.5, "0", "middle"),
+            (1.0, number(scale, 2), "end"),
+        ):
             self.extra.append(_text(x + frac * width, y + 23, text, anchor=anchor, color=MUTED))
         self.extra.append(_text(x + width + 12, y + 10, label))
         if note:
@@ -388,7 +478,11 @@ class Chart:
     def svg(self) -> str:
         """The whole chart as one self-contained ``<svg>`` element, drawn at its own pixel size (or, where the
         output is narrower, scaled down to fit: vector graphics stay sharp)."""
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(self.width)}" height="{_f(self.height)}" '
-                f'viewBox="0 0 {_f(self.width)} {_f(self.height)}" font-family="{FONT}" font-size="{FONT_SIZE}" '
-                f'style="display:block;max-width:100%;height:auto">'
-                + "".join(p.svg() for p in self.panels) + "".join(self.extra) + "</svg>")
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{_f(self.width)}" height="{_f(self.height)}" '
+            f'viewBox="0 0 {_f(self.width)} {_f(self.height)}" font-family="{FONT}" font-size="{FONT_SIZE}" '
+            f'style="display:block;max-width:100%;height:auto">'
+            + "".join(p.svg() for p in self.panels)
+            + "".join(self.extra)
+            + "</svg>"
+        )

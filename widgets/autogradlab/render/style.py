@@ -39,6 +39,7 @@ LEGEND = [
     ("saved-freed", "freed by backward"),
 ]
 
+
 def _kind_rules() -> str:
     rules = []
     for kind, (fill, stroke) in COLORS.items():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from autogradlab.models.token_accumulation import DTYPES, REDUCTIONS, micro_batch_tokens, sweep, token_batch, valid_accum_steps
+from autogradlab.models.token_accumulation import (
+    DTYPES,
+    REDUCTIONS,
+    micro_batch_tokens,
+    sweep,
+    token_batch,
+    valid_accum_steps,
+)
 from autogradlab.render.chart import BLUE, CRIMSON, GRAY, Chart, power
 from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
@@ -24,19 +31,36 @@ class AccumulationLab(w.VBox):
     True
     """
 
-    def __init__(self, accum_steps: int = 4, reduction: str = "mean", spread: float = 0.5, dtype: str = "float32",
-                 n_seqs: int = 48):
+    def __init__(
+        self,
+        accum_steps: int = 4,
+        reduction: str = "mean",
+        spread: float = 0.5,
+        dtype: str = "float32",
+        n_seqs: int = 48,
+    ):
         if reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
         self.n_seqs = n_seqs
         self._tokens: dict[tuple, tuple] = {}  # (spread, K) -> (tokens per micro-batch, window tokens)
         options = valid_accum_steps(n_seqs)
-        self.k = w.SelectionSlider(options=options, value=accum_steps if accum_steps in options else options[0],
-                                   description="K (micro-batches)", continuous_update=True,
-                                   style={"description_width": "initial"})
+        self.k = w.SelectionSlider(
+            options=options,
+            value=accum_steps if accum_steps in options else options[0],
+            description="K (micro-batches)",
+            continuous_update=True,
+            style={"description_width": "initial"},
+        )
         self.reduction = w.Dropdown(options=list(REDUCTIONS), value=reduction, description="reduction")
-        self.spread = w.FloatSlider(value=spread, min=0.0, max=1.0, step=0.25, description="length spread",
-                                    continuous_update=True, style={"description_width": "initial"})
+        self.spread = w.FloatSlider(
+            value=spread,
+            min=0.0,
+            max=1.0,
+            step=0.25,
+            description="length spread",
+            continuous_update=True,
+            style={"description_width": "initial"},
+        )
         self.dtype = w.Dropdown(options=list(DTYPES), value=dtype, description="dtype")
         self.message = w.HTML()
         self.readout = w.HTML()
@@ -48,8 +72,10 @@ class AccumulationLab(w.VBox):
         self._redraw()
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
-        return (f"AccumulationLab(K={self.k.value}, reduction={self.reduction.value!r}, "
-                f"spread={self.spread.value:g}, dtype={self.dtype.value!r})")
+        return (
+            f"AccumulationLab(K={self.k.value}, reduction={self.reduction.value!r}, "
+            f"spread={self.spread.value:g}, dtype={self.dtype.value!r})"
+        )
 
     def _results(self):
         key = (self.reduction.value, self.spread.value, self.dtype.value, self.n_seqs)
@@ -89,8 +115,16 @@ class AccumulationLab(w.VBox):
     def _draw(results, current) -> str:
         ks = [r.accum_steps for r in results]
         chart = Chart(WIDTH, HEIGHT)
-        chart.legend(80, 4, [("line", BLUE, "every K"), ("marker", CRIMSON, "your K"),
-                             ("line", GRAY, "1 (right)", "5 4"), ("line", GRAY, "K (not divided by K)", "2 3")])
+        chart.legend(
+            80,
+            4,
+            [
+                ("line", BLUE, "every K"),
+                ("marker", CRIMSON, "your K"),
+                ("line", GRAY, "1 (right)", "5 4"),
+                ("line", GRAY, "K (not divided by K)", "2 3"),
+            ],
+        )
         x_ticks = [(k, str(k)) for k in ks]
         xlim = (ks[0] / 1.25, ks[-1] * 1.25)
 
@@ -100,8 +134,13 @@ class AccumulationLab(w.VBox):
         left.markers(ks, errors, color=BLUE, size=3.5)
         left.markers([current.accum_steps], [max(current.relative_error, FLOOR)], color=CRIMSON, size=6)
         y_ticks = [(FLOOR, "exact 0")] + [(10.0**e, power(10, e)) for e in (-15, -10, -5, 0)]
-        left.axes(xlabel="K (micro-batches per step)", ylabel="‖g_acc − g_full‖ / ‖g_full‖",
-                  title="relative error of the accumulated gradient", xticks=x_ticks, yticks=y_ticks)
+        left.axes(
+            xlabel="K (micro-batches per step)",
+            ylabel="‖g_acc − g_full‖ / ‖g_full‖",
+            title="relative error of the accumulated gradient",
+            xticks=x_ticks,
+            yticks=y_ticks,
+        )
 
         factors = [r.lr_factor for r in results]
         top = max(2.0, 1.15 * max(factors))
@@ -111,6 +150,10 @@ class AccumulationLab(w.VBox):
         right.hline(1.0, color=GRAY, dash="5 4")  # the references on top: the factor may run along either
         right.line(ks, ks, color=GRAY, dash="2 3", width=1.4)
         right.markers([current.accum_steps], [current.lr_factor], color=CRIMSON, size=6)
-        right.axes(xlabel="K (micro-batches per step)", ylabel="c in g_acc ≈ c · g_full",
-                   title="effective learning-rate factor", xticks=x_ticks)
+        right.axes(
+            xlabel="K (micro-batches per step)",
+            ylabel="c in g_acc ≈ c · g_full",
+            title="effective learning-rate factor",
+            xticks=x_ticks,
+        )
         return chart.svg()

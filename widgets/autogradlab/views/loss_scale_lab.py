@@ -35,8 +35,16 @@ class LossScaleLab(w.VBox):
     True
     """
 
-    def __init__(self, grads: torch.Tensor | None = None, steps: int = 2000, init_scale_log2: int = 16,
-                 growth_interval: int = 100, backoff_factor: float = 0.5, overflow_rate: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        grads: torch.Tensor | None = None,
+        steps: int = 2000,
+        init_scale_log2: int = 16,
+        growth_interval: int = 100,
+        backoff_factor: float = 0.5,
+        overflow_rate: float = 0.0,
+        seed: int = 0,
+    ):
         grads = example_gradients() if grads is None else grads.detach().abs().reshape(-1)
         self.grads = grads[grads > 0].double()
         if self.grads.numel() == 0:
@@ -51,28 +59,43 @@ class LossScaleLab(w.VBox):
         self._traces: dict[tuple, object] = {}
         style = {"description_width": "initial"}
         self.init_scale = w.IntSlider(value=init_scale_log2, min=0, max=32, description="initial scale 2^", style=style)
-        self.growth_interval = w.IntSlider(value=growth_interval, min=1, max=2000, description="growth interval", style=style)
-        self.backoff = w.FloatSlider(value=backoff_factor, min=0.1, max=0.9, step=0.05, description="backoff factor", style=style)
-        self.overflow_rate = w.FloatSlider(value=overflow_rate, min=0.0, max=0.05, step=0.001, readout_format=".3f",
-                                           description="injected overflow rate", style=style)
+        self.growth_interval = w.IntSlider(
+            value=growth_interval, min=1, max=2000, description="growth interval", style=style
+        )
+        self.backoff = w.FloatSlider(
+            value=backoff_factor, min=0.1, max=0.9, step=0.05, description="backoff factor", style=style
+        )
+        self.overflow_rate = w.FloatSlider(
+            value=overflow_rate,
+            min=0.0,
+            max=0.05,
+            step=0.001,
+            readout_format=".3f",
+            description="injected overflow rate",
+            style=style,
+        )
         self.message = w.HTML()
         self.readout = w.HTML()
         self.picture = picture()
         self.trace = None
         for control in (self.init_scale, self.growth_interval, self.backoff, self.overflow_rate):
             control.observe(self._redraw, names="value")
-        super().__init__([
-            w.HBox([self.init_scale, self.growth_interval]),
-            w.HBox([self.backoff, self.overflow_rate]),
-            self.message,
-            self.readout,
-            self.picture,
-        ])
+        super().__init__(
+            [
+                w.HBox([self.init_scale, self.growth_interval]),
+                w.HBox([self.backoff, self.overflow_rate]),
+                self.message,
+                self.readout,
+                self.picture,
+            ]
+        )
         self._redraw()
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
-        return (f"LossScaleLab(init_scale=2**{self.init_scale.value}, growth_interval={self.growth_interval.value}, "
-                f"backoff={self.backoff.value:g}, overflow_rate={self.overflow_rate.value:g})")
+        return (
+            f"LossScaleLab(init_scale=2**{self.init_scale.value}, growth_interval={self.growth_interval.value}, "
+            f"backoff={self.backoff.value:g}, overflow_rate={self.overflow_rate.value:g})"
+        )
 
     def _simulate(self):
         key = (self.init_scale.value, self.growth_interval.value, self.backoff.value, self.overflow_rate.value)
@@ -80,9 +103,13 @@ class LossScaleLab(w.VBox):
             if len(self._traces) >= _CACHE_SIZE:
                 self._traces.pop(next(iter(self._traces)))
             self._traces[key] = simulate(
-                self.steps, init_scale=2.0 ** self.init_scale.value, growth_interval=self.growth_interval.value,
-                backoff_factor=self.backoff.value, overflow_rate=self.overflow_rate.value,
-                grad_max=self._grad_max, seed=self.seed,
+                self.steps,
+                init_scale=2.0**self.init_scale.value,
+                growth_interval=self.growth_interval.value,
+                backoff_factor=self.backoff.value,
+                overflow_rate=self.overflow_rate.value,
+                grad_max=self._grad_max,
+                seed=self.seed,
             )
         return self._traces[key]
 
@@ -105,7 +132,8 @@ class LossScaleLab(w.VBox):
                 f"The scale fell to 0 at step {zero_at}: float32 cannot hold a scale below about 2^−149, so repeated "
                 f"backoffs by {self.backoff.value:g} rounded it to 0, and 0 × growth factor stays 0. From there on every "
                 "scaled gradient is 0: nothing left to show on the right. Raise the backoff factor or lower the "
-                "overflow rate.")
+                "overflow rate."
+            )
             final = fp16_fate(self.grads, 0.0)
             scale_text = "<b>0</b> (underflowed)"
         else:
@@ -130,8 +158,12 @@ class LossScaleLab(w.VBox):
         pad = max(1.0, 0.08 * (hi - lo))
         n = len(trace.scales)
         left = chart.panel(66, 64, 360, 226, xlim=(0, max(n - 1, 1)), ylim=(lo - pad, hi + pad))
-        chart.legend(66, 4, [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
-                     width=360)
+        chart.legend(
+            66,
+            4,
+            [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
+            width=360,
+        )
         steps = list(range(len(scales)))
         left.line(steps, logs, color=BLUE, step=True)
         shown = [i for i in skipped if zero_at is None or i < zero_at]
@@ -139,13 +171,18 @@ class LossScaleLab(w.VBox):
         if zero_at is not None:
             x = min(zero_at, n - 1)
             left.line([x - 1, x, x], [logs[-1], logs[-1], lo - 2 * pad], color=CRIMSON, width=2)
-            left.label(x, lo - pad / 2, f"scale = 0 from step {zero_at}", color=CRIMSON, anchor="end", dx=-6,
-                       weight="600")
+            left.label(
+                x, lo - pad / 2, f"scale = 0 from step {zero_at}", color=CRIMSON, anchor="end", dx=-6, weight="600"
+            )
         left.axes(xlabel="step", ylabel="log₂ scale", title="the loss scale over the run")
 
-        right_items = [("patch", CRIMSON, "flushed to 0", 0.15), ("patch", ORANGE, "subnormal", 0.2),
-                       ("patch", PURPLE, "inf", 0.15), ("patch", GRAY, "|g| (scale 1)", 0.4),
-                       ("patch", BLUE, "|g| × final scale", 0.8)]
+        right_items = [
+            ("patch", CRIMSON, "flushed to 0", 0.15),
+            ("patch", ORANGE, "subnormal", 0.2),
+            ("patch", PURPLE, "inf", 0.15),
+            ("patch", GRAY, "|g| (scale 1)", 0.4),
+            ("patch", BLUE, "|g| × final scale", 0.8),
+        ]
         shift = math.log2(trace.final_scale) if trace.final_scale > 0 else None
         counts = bin_counts([v + shift for v in self._log2_list], _EDGES) if shift is not None else []
         top = 1.1 * max(self._unscaled_counts + counts)
@@ -161,6 +198,10 @@ class LossScaleLab(w.VBox):
         else:
             right.note("final scale 0: every scaled gradient is 0")
         x_ticks = [(float(v), str(v).replace("-", "−")) for v in range(-50, 21, 10)]
-        right.axes(xlabel="log₂ |gradient| in fp16", ylabel="count", xticks=x_ticks,
-                   title="where |g| lands in fp16 at the final scale")
+        right.axes(
+            xlabel="log₂ |gradient| in fp16",
+            ylabel="count",
+            xticks=x_ticks,
+            title="where |g| lands in fp16 at the final scale",
+        )
         return chart.svg()

@@ -55,7 +55,9 @@ class TangentExplorer(w.VBox):
             xs, ys = self._curve(self.fn_picker.value)
         finite = [y for y in ys if y == y and abs(y) != float("inf")]
         if not finite:
-            self.message.value = message_html(f"f(x) = {self.fn_picker.value} has no finite value on [{self.lo:g}, {self.hi:g}].")
+            self.message.value = message_html(
+                f"f(x) = {self.fn_picker.value} has no finite value on [{self.lo:g}, {self.hi:g}]."
+            )
             self.picture.value = self.readout.value = ""
             return
         low, high = min(finite), max(finite)
@@ -63,13 +65,17 @@ class TangentExplorer(w.VBox):
         self.picture.value = self._draw(xs, ys, point, (low - 0.3 * span, high + 0.3 * span))
         self.message.value = ""
         self.readout.value = readout(
-            f"x = {point.x:.2f}", f"f(x) = {point.value:.4f}",
-            f"<b>f'(x) from autograd = {point.slope:.6f}</b>", f"central difference = {point.numerical_slope:.6f}",
+            f"x = {point.x:.2f}",
+            f"f(x) = {point.value:.4f}",
+            f"<b>f'(x) from autograd = {point.slope:.6f}</b>",
+            f"central difference = {point.numerical_slope:.6f}",
         )
 
     def _draw(self, xs, ys, point, ylim) -> str:
         chart = Chart(WIDTH, HEIGHT)
-        chart.legend(60, 6, [("line", BLUE, "f(x)"), ("line", ORANGE, "tangent at x", "6 4"), ("marker", INK, "(x, f(x))")])
+        chart.legend(
+            60, 6, [("line", BLUE, "f(x)"), ("line", ORANGE, "tangent at x", "6 4"), ("marker", INK, "(x, f(x))")]
+        )
         panel = chart.panel(60, 34, WIDTH - 80, HEIGHT - 34 - 48, xlim=(self.lo, self.hi), ylim=ylim)
         panel.line(xs, ys, color=BLUE, width=2)
         ends = [self.lo, self.hi]

@@ -42,7 +42,9 @@ class TrainStepInspector(w.VBox):
         try:
             self.session = StepSession(step, setup)
         except (TypeError, ValueError) as exc:  # a bad learner function: say so in the view
-            self.status.value = _message(f"Cannot step through {html.escape(self._name)}: {html.escape(str(exc))}", error=True)
+            self.status.value = _message(
+                f"Cannot step through {html.escape(self._name)}: {html.escape(str(exc))}", error=True
+            )
         controls = w.HBox([self.next_button, self.run_button, self.reset_button])
         self.table.layout.margin = "0 0 0 16px"
         body = w.HBox([self.listing, self.table], layout=w.Layout(align_items="flex-start", flex_flow="row wrap"))
@@ -124,9 +126,13 @@ def _tables(session: StepSession) -> str:
         if c.item:
             per.setdefault(c.item, {})[c.state] = c
     states = ("grad", "param", "optimizer")
-    head = f"<th style='{_CELL}'>parameter</th>" + "".join(f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states)
+    head = f"<th style='{_CELL}'>parameter</th>" + "".join(
+        f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states
+    )
     rows = "".join(
-        f"<tr><td style='{_CELL}'>{html.escape(name)}</td>" + "".join(_td(row[s].text, row[s].changed, wrap=s == "optimizer") for s in states) + "</tr>"
+        f"<tr><td style='{_CELL}'>{html.escape(name)}</td>"
+        + "".join(_td(row[s].text, row[s].changed, wrap=s == "optimizer") for s in states)
+        + "</tr>"
         for name, row in per.items()
     )
     second = f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"

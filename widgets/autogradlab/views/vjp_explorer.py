@@ -38,18 +38,24 @@ class VJPExplorer(w.VBox):
     True
     """
 
-    def __init__(self, op: str = "softmax", shapes=None, dim: int = -1, wrt: str | None = None, v: str = "random",
-                 index: int = 0):
+    def __init__(
+        self, op: str = "softmax", shapes=None, dim: int = -1, wrt: str | None = None, v: str = "random", index: int = 0
+    ):
         if op not in OPS:
             raise ValueError(f"unknown op {op!r}: choose one of {', '.join(OPS)}")
         self._quiet = True  # no redraws while the controls are being set up
         self.op_picker = w.Dropdown(options=list(OPS), value=op, description="op")
         self.shape_boxes = [w.Text(continuous_update=False, layout=w.Layout(width="170px")) for _ in range(2)]
-        self.dim_picker = w.Dropdown(options=[-1, 0, 1, 2], value=dim, description="dim", layout=w.Layout(width="130px"))
+        self.dim_picker = w.Dropdown(
+            options=[-1, 0, 1, 2], value=dim, description="dim", layout=w.Layout(width="130px")
+        )
         self.wrt_picker = w.Dropdown(description="∂ w.r.t.", layout=w.Layout(width="160px"))
-        self.v_picker = w.Dropdown(options=list(UPSTREAM_KINDS), value=v, description="v", layout=w.Layout(width="170px"))
-        self.index_box = w.BoundedIntText(value=index, min=0, max=MAX_NUMEL - 1, description="index",
-                                          layout=w.Layout(width="140px"))
+        self.v_picker = w.Dropdown(
+            options=list(UPSTREAM_KINDS), value=v, description="v", layout=w.Layout(width="170px")
+        )
+        self.index_box = w.BoundedIntText(
+            value=index, min=0, max=MAX_NUMEL - 1, description="index", layout=w.Layout(width="140px")
+        )
         self.message = w.HTML()
         self.readout = w.HTML()
         self.picture = picture()
@@ -57,10 +63,12 @@ class VJPExplorer(w.VBox):
         self.op_picker.observe(self._op_changed, names="value")
         for control in (*self.shape_boxes, self.dim_picker, self.wrt_picker, self.v_picker, self.index_box):
             control.observe(self._redraw, names="value")
-        controls = w.VBox([
-            w.HBox([self.op_picker, *self.shape_boxes]),
-            w.HBox([self.dim_picker, self.wrt_picker, self.v_picker, self.index_box]),
-        ])
+        controls = w.VBox(
+            [
+                w.HBox([self.op_picker, *self.shape_boxes]),
+                w.HBox([self.dim_picker, self.wrt_picker, self.v_picker, self.index_box]),
+            ]
+        )
         super().__init__([controls, self.message, self.readout, self.picture])
         self._quiet = False
         self._redraw()
@@ -102,8 +110,14 @@ class VJPExplorer(w.VBox):
         try:
             shapes = [parse_shape(box.value) for box in self.shape_boxes[: len(op.inputs)]]
             with one_thread():
-                result = explore(op.name, shapes, dim=self.dim_picker.value, wrt=self.wrt_picker.value,
-                                 v=self.v_picker.value, index=self.index_box.value)
+                result = explore(
+                    op.name,
+                    shapes,
+                    dim=self.dim_picker.value,
+                    wrt=self.wrt_picker.value,
+                    v=self.v_picker.value,
+                    index=self.index_box.value,
+                )
         except ShapeError as error:
             self.message.value = message_html(html.escape(str(error)))
             self.readout.value = ""
@@ -151,9 +165,11 @@ def draw_exploration(r: Exploration) -> str:
     J = r.jacobian.tolist()
     m, n = len(J), len(J[0]) if J else 0
     v = r.v.reshape(-1).tolist()
-    rows = [("vᵀJ", r.vjp_from_jacobian.reshape(-1).tolist()),
-            ("autograd", r.vjp_from_autograd.reshape(-1).tolist()),
-            ("difference", (r.vjp_from_jacobian - r.vjp_from_autograd).reshape(-1).tolist())]
+    rows = [
+        ("vᵀJ", r.vjp_from_jacobian.reshape(-1).tolist()),
+        ("autograd", r.vjp_from_autograd.reshape(-1).tolist()),
+        ("difference", (r.vjp_from_jacobian - r.vjp_from_autograd).reshape(-1).tolist()),
+    ]
     zero = ZERO_UP_TO_ROUNDING * rounding_level(r)
     j_scale, v_scale, vec_scale = colour_scales(r)
 
@@ -167,11 +183,16 @@ def draw_exploration(r: Exploration) -> str:
     legend = [
         (j_scale, "J: white is 0, full colour its largest |entry|", ""),
         (v_scale, "v: white is 0, full colour its largest |entry|", ""),
-        (vec_scale, "vᵀJ, autograd, difference: one scale, full colour the largest |entry|,",
-         f"at least {ZERO_UP_TO_ROUNDING} × vᵀJ's float64 rounding level {number(rounding_level(r), 2)}: "
-         "rounding noise stays white (≈0)"),
+        (
+            vec_scale,
+            "vᵀJ, autograd, difference: one scale, full colour the largest |entry|,",
+            f"at least {ZERO_UP_TO_ROUNDING} × vᵀJ's float64 rounding level {number(rounding_level(r), 2)}: "
+            "rounding noise stays white (≈0)",
+        ),
     ]
-    width = max(left + j_w + gap + cw + 40, 40 + 150 + 12 + max(text_width(t) for _, a, b in legend for t in (a, b)) + 10)
+    width = max(
+        left + j_w + gap + cw + 40, 40 + 150 + 12 + max(text_width(t) for _, a, b in legend for t in (a, b)) + 10
+    )
     chart = Chart(width, bars_top + 3 * 36 + 12)
 
     def fmt(x: float) -> str:
@@ -185,8 +206,12 @@ def draw_exploration(r: Exploration) -> str:
 
     jp = chart.panel(left, top, j_w, j_h, xlim=(0, n), ylim=(0, m))
     jp.heatmap(J, j_scale, fmt if annotate else None)
-    jp.axes(grid=False, xticks=[], yticks=[],
-            title=f"Jacobian ∂y/∂{r.wrt}: y {tuple(r.output.shape)} × {r.wrt} {tuple(r.vjp_from_autograd.shape)}")
+    jp.axes(
+        grid=False,
+        xticks=[],
+        yticks=[],
+        title=f"Jacobian ∂y/∂{r.wrt}: y {tuple(r.output.shape)} × {r.wrt} {tuple(r.vjp_from_autograd.shape)}",
+    )
     step = 1 if max(m, n) <= 12 else 2
     for i in range(0, m, step):
         chart.text(left - 6, top + i * ch + ch / 2 + 4, str(i), anchor="end", color=MUTED)
@@ -199,8 +224,9 @@ def draw_exploration(r: Exploration) -> str:
     for k, (label, values) in enumerate(rows):
         y = rows_top + k * (ch + 8)
         rp = chart.panel(left, y, j_w, ch, xlim=(0, n), ylim=(0, 1))
-        rp.heatmap([values], vec_scale, (fmt_diff if label == "difference" else fmt_vec) if annotate else None,
-                   dead_zone=zero)
+        rp.heatmap(
+            [values], vec_scale, (fmt_diff if label == "difference" else fmt_vec) if annotate else None, dead_zone=zero
+        )
         rp.axes(grid=False, xticks=[], yticks=[])
         chart.text(left - 8, y + ch / 2 + 4, label, anchor="end")
     for j in range(0, n, step):
