@@ -45,14 +45,16 @@ class LossScaleLab(w.VBox):
         overflow_rate: float = 0.0,
         seed: int = 0,
     ):
-        grads = example_gradients() if grads is None else grads.detach().abs().reshape(-1)
+        with one_thread():
+            grads = example_gradients() if grads is None else grads.detach().abs().reshape(-1)
         self.grads = grads[grads > 0].double()
         if self.grads.numel() == 0:
             raise ValueError("LossScaleLab needs at least one nonzero gradient magnitude")
         self.log2_grads = torch.log2(self.grads)
         self.steps, self.seed = int(steps), seed
         # Results that no control changes, computed once: the unscaled fate and histogram, the largest gradient.
-        self._unscaled = fp16_fate(self.grads, 1.0)
+        with one_thread():
+            self._unscaled = fp16_fate(self.grads, 1.0)
         self._log2_list = self.log2_grads.tolist()
         self._unscaled_counts = bin_counts(self._log2_list, _EDGES)
         self._grad_max = float(self.grads.max())
