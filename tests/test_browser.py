@@ -325,7 +325,7 @@ _ARM = """(el) => {
       ch.port2.postMessage(0);
     });
   });
-  obs.observe(el, {childList: true, subtree: true, characterData: true});
+  obs.observe(el, {childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ['src']});
   document.addEventListener('keydown', input, true);
   document.addEventListener('pointerdown', input, true);
   s.stop = () => { obs.disconnect(); document.removeEventListener('keydown', input, true);
