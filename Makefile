@@ -8,13 +8,15 @@ GRADER := .venv-grader
 LOCAL := $(CURDIR)/.jupyter-local
 SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: lab check test release execute clean help
+.PHONY: lab check test release execute clean help compat site
 help:
 	@echo "make lab      open JupyterLab on chapters/00_welcome.ipynb"
 	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about a minute)"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
 	@echo "make execute  re-execute solutions/ in place (authors; NB=path for one), then release"
+	@echo "make compat   build .venv-compat: the package's lower bounds (ipywidgets 7.7.1, ipykernel 6), package as a wheel"
+	@echo "make site     build the static website of the course into build/site (no execution, works offline)"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed, found " + sys.version.split()[0])'
@@ -45,6 +47,34 @@ $(GRADER)/.installed: requirements-grader.txt $(VENV)/.installed-runtime
 	  > "$$($(GRADER)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/autogradlab-course.pth"
 	touch $@
 
+# The compatibility environment: the lower bounds of widgets/pyproject.toml (what Colab and Kaggle
+# get), with the package installed as a built wheel, not editable (tests/test_compat.py uses it).
+# The wheel is built from a copy of widgets/ so setuptools leaves no build/ inside the checkout.
+COMPAT := .venv-compat
+PACKAGE_FILES := widgets/pyproject.toml $(shell find widgets/autogradlab -name '*.py' -o -path '*/data/*' -type f 2>/dev/null)
+$(COMPAT)/.installed: requirements-compat.txt $(PACKAGE_FILES)
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet -r requirements-compat.txt
+	rm -rf build/compat-wheel && src="$$(mktemp -d)" && cp -r widgets/pyproject.toml widgets/README.md widgets/LICENSE widgets/autogradlab "$$src" \
+	  && $(COMPAT)/bin/python -m pip wheel --quiet --no-deps --wheel-dir build/compat-wheel "$$src" && rm -rf "$$src"
+	$(COMPAT)/bin/python -m pip install --quiet --no-deps --force-reinstall build/compat-wheel/autogradlab-*.whl
+	touch $@
+compat: $(COMPAT)/.installed
+
+# The static website: nbconvert (its own venv, exact pins) + MathJax, RequireJS and the widgets'
+# HTML manager copied next to the pages, so it renders offline (site/build.py).
+SITE_VENV := .venv-site
+SITE_OUT ?= build/site
+$(SITE_VENV)/.installed: requirements-site.txt site/package.json site/package-lock.json
+	test -x $(SITE_VENV)/bin/python || $(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet -r requirements-site.txt
+	@command -v npm >/dev/null || { echo "make site needs npm (Node.js): apt-get install nodejs npm"; exit 1; }
+	mkdir -p build/site-node && cp site/package.json site/package-lock.json build/site-node/
+	cd build/site-node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+site: $(SITE_VENV)/.installed
+	$(SITE_VENV)/bin/python site/build.py --out $(SITE_OUT)
+
 # LAB_ARGS passes options through, e.g. make lab LAB_ARGS="--no-browser --port 8899".
 LAB_ARGS ?=
 lab: $(VENV)/.installed-runtime
@@ -63,7 +93,7 @@ test: export JUPYTER_RUNTIME_DIR := $(LOCAL)/runtime
 test: export IPYTHONDIR := $(LOCAL)/ipython
 test: export MPLCONFIGDIR := $(LOCAL)/matplotlib
 test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
-test: $(VENV)/.installed-test $(GRADER)/.installed
+test: $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_VENV)/.installed
 	$(BIN)/python -m autogradlab.release --check
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
 
@@ -86,4 +116,4 @@ execute: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.release
 
 clean:
-	rm -rf $(VENV) $(GRADER) $(LOCAL) test-artifacts
+	rm -rf $(VENV) $(GRADER) $(COMPAT) $(SITE_VENV) $(LOCAL) test-artifacts build

@@ -3,8 +3,10 @@ corrected one; correct steps of several kinds give no warnings; observing change
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -224,6 +226,7 @@ def test_observing_changes_nothing(kind):
 def test_every_hook_and_wrapper_is_restored_even_when_the_step_raises():
     setup = amp_bf16()
     norm, value = torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad.clip_grad_value_
+    backward = torch.autograd.backward
 
     def step(batch):
         setup.step(batch)
@@ -235,6 +238,7 @@ def test_every_hook_and_wrapper_is_restored_even_when_the_step_raises():
     assert not setup.optimizer._optimizer_step_pre_hooks and not setup.optimizer._optimizer_step_post_hooks
     assert torch.nn.utils.clip_grad_norm_ is norm and torch.nn.utils.clip_grad.clip_grad_value_ is value
     assert "step" not in vars(setup.scaler)
+    assert torch.autograd.backward is backward
 
 
 # ---------------------------------------------------------------------------- broken / fixed pairs
@@ -402,6 +406,19 @@ def amp_nan(fixed: bool, where: str = "every") -> Setup:
     return Setup(step, model, opt, batches, scaler)
 
 
+def clamp_bound(fixed: bool) -> Setup:
+    """A constraint written correctly under no_grad, with a bound that is 0 by integer division when broken."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    bound = 0.4 if fixed else 4 // 10
+
+    def constrain():
+        with torch.no_grad():
+            model[2].weight.clamp_(-bound, bound)
+
+    return Setup(_plain_step(model, opt, after_step=constrain), model, opt, _batches())
+
+
 def clip_order(fixed: bool) -> Setup:
     return amp_bf16(clip_first=not fixed)
 
@@ -425,7 +442,12 @@ def raising(fixed: bool) -> Setup:
 # code -> (make(fixed: bool) -> Setup, severity of the broken case, text expected in `where`)
 PAIRS = {
     "param-not-in-optimizer (Python list)": ("param-not-in-optimizer", not_in_optimizer_list, "error", "scales[0]"),
-    "param-not-in-optimizer (partial optimizer)": ("param-not-in-optimizer", not_in_optimizer_partial, "error", "2.weight"),
+    "param-not-in-optimizer (partial optimizer)": (
+        "param-not-in-optimizer",
+        not_in_optimizer_partial,
+        "error",
+        "2.weight",
+    ),
     "frozen-param-in-optimizer": ("frozen-param-in-optimizer", frozen_in_optimizer, "warning", "body.0.weight"),
     "missing-grad (detach)": ("missing-grad", missing_grad, "error", "first.weight"),
     "missing-grad (no_grad)": ("missing-grad", lambda fixed: missing_grad(fixed, "no_grad"), "error", "first.weight"),
@@ -436,10 +458,16 @@ PAIRS = {
     "no-update (lr 0)": ("no-update", lr_zero, "error", "0.weight"),
     "no-update (wrong optimizer)": ("no-update", wrong_optimizer, "error", "optimizer.step()"),
     "no-update (zero_grad before step)": ("no-update", cleared_before_step, "error", "0.weight"),
+    "update-undone": ("update-undone", clamp_bound, "error", "2.weight"),
     "update-ratio-high": ("update-ratio-high", lr_huge, "warning", "weight"),
     "update-ratio-low": ("update-ratio-low", lr_tiny, "warning", "weight"),
     "amp-step-skipped (every step)": ("amp-step-skipped", amp_nan, "error", "scaler.step()"),
-    "amp-step-skipped (one step)": ("amp-step-skipped", lambda fixed: amp_nan(fixed, "one"), "warning", "scaler.step()"),
+    "amp-step-skipped (one step)": (
+        "amp-step-skipped",
+        lambda fixed: amp_nan(fixed, "one"),
+        "warning",
+        "scaler.step()",
+    ),
     "clip-before-unscale": ("clip-before-unscale", clip_order, "error", "clip_grad_norm_(model.parameters(), 1.0)"),
     "step-raised": ("step-raised", raising, "error", "logits = model(x if fixed else x.T)"),
 }
@@ -558,3 +586,150 @@ def test_a_no_grad_validation_pass_inside_the_step_is_not_eval_mode_training():
         return _plain_step(model, opt)(batch)
 
     assert "eval-mode-in-training" not in diagnose(step, model, opt, _batches()).codes
+
+
+# ---------------------------------------------------------------------------- issue 11: fixed blind spots
+
+
+def _returns(model, opt, kind):
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return {"loss": loss, "detach": loss.detach(), "item": loss.item(), "none": None}[kind]
+
+    return step
+
+
+class ListOfTensors(nn.Module):
+    """Scales kept in a Python list, as nn.Parameters or as plain tensors that require grad."""
+
+    def __init__(self, parameter: bool):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(6, 16), nn.Linear(16, 2)])
+        make = nn.Parameter if parameter else (lambda t: t.requires_grad_())
+        self.scales = [make(torch.ones(16)), make(torch.ones(2))]
+
+    def forward(self, x):
+        return self.layers[1](torch.relu(self.layers[0](x) * self.scales[0])) * self.scales[1]
+
+
+@pytest.mark.parametrize("returned", ["detach", "item", "none"])
+@pytest.mark.parametrize("parameter", [True, False], ids=["nn.Parameter", "plain tensor"])
+def test_a_leaf_hidden_in_a_python_list_is_found_whatever_the_step_returns(parameter, returned):
+    """The leaves come from the graphs backward runs on, not only from the returned loss (which a step that
+    logs safely returns detached or as a number); a tensor found in the model is an error, not a warning."""
+    torch.manual_seed(0)
+    model = ListOfTensors(parameter)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    findings = diagnose(_returns(model, opt, returned), model, opt, _batches())["param-not-in-optimizer"]
+    assert [(f.where, f.severity) for f in findings] == [("scales[0]", "error"), ("scales[1]", "error")]
+    assert findings[0].message.startswith("an nn.Parameter") == parameter and "Python list" in findings[0].message
+
+
+def test_a_leaf_behind_a_scaled_backward_is_found():
+    torch.manual_seed(0)
+    model = ListOfTensors(parameter=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def step(batch):
+        x, y = batch
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.item()
+
+    report = diagnose(step, model, opt, _batches(), scaler=scaler)
+    assert [f.where for f in report["param-not-in-optimizer"]] == ["scales[0]", "scales[1]"]
+
+
+def test_update_undone_needs_the_undo_in_most_steps_and_ignores_partial_constraints():
+    """The wrong bound is found in every step after the first (step 1 starts from the initial weights); a
+    constraint that pins only some elements (amp_bf16's clamp at 0.2) is silent (it is in CORRECT)."""
+    report = clamp_bound(False).diagnose()
+    finding = report["update-undone"][0]
+    assert "steps 2, 3, 4" in finding.message and finding.where == "2.weight"
+    assert "update-undone" not in amp_bf16().diagnose().codes
+    assert (
+        "update-undone"
+        not in diagnose(
+            clamp_bound(False).step, clamp_bound(False).model, clamp_bound(False).optimizer, _batches()[:1]
+        ).codes
+    )
+
+
+def test_a_reset_to_the_old_weights_after_the_step_is_update_undone():
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def step(batch):
+        loss = _plain_step(model, opt)(batch)
+        model.load_state_dict(saved)  # "restore the best checkpoint" in the wrong place
+        return loss
+
+    report = diagnose(step, model, opt, _batches())
+    assert "0.weight" in report["update-undone"][0].where
+
+
+def _clip_setup(n: int, optimizer_class, bug: bool, lr: float = 1e-3):
+    torch.manual_seed(0)
+    model = nn.Linear(n, n, bias=False)
+    opt = optimizer_class(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler("cpu")
+    gen = torch.Generator().manual_seed(1)
+    batch = (torch.randn(32, n, generator=gen), torch.randn(32, n, generator=gen))
+    seen = {}
+
+    def step(b):
+        x, y = b
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        if bug:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.unscale_(opt)
+        if not bug:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        seen["grad"] = model.weight.grad.clone()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, opt, scaler, batch, step, seen
+
+
+def _first_update(n, optimizer_class, bug):
+    model, opt, scaler, batch, step, seen = _clip_setup(n, optimizer_class, bug)
+    before = model.weight.detach().clone()
+    report = diagnose(step, model, opt, [batch], scaler=scaler) if bug else step(batch)
+    return (model.weight.detach() - before).norm().item(), seen["grad"], report
+
+
+def test_clip_before_unscale_names_the_sgd_factor_measured_on_the_gradients():
+    _, wrong_grad, report = _first_update(100, torch.optim.SGD, bug=True)
+    _, right_grad, _ = _first_update(100, torch.optim.SGD, bug=False)
+    message = report["clip-before-unscale"][0].message
+    factor = float(re.search(r"which is ([0-9.e+-]+)× the right one", message).group(1))
+    assert factor == pytest.approx((wrong_grad.norm() / right_grad.norm()).item(), rel=0.05)
+    assert "SGD" in message and "Adam" not in message
+
+
+@pytest.mark.parametrize("n", [100, 1000])  # 1e4 and 1e6 weights
+def test_clip_before_unscale_estimates_adams_first_update(n):
+    """Adam mostly cancels the factor; the doctor's estimate matches the measured first update, and the damage
+    grows with the model (issue 11: about 0.87 at 1e4 and 0.52 at 1e6 weights)."""
+    wrong, _, report = _first_update(n, torch.optim.Adam, bug=True)
+    right, _, _ = _first_update(n, torch.optim.Adam, bug=False)
+    message = report["clip-before-unscale"][0].message
+    estimate = float(re.search(r"first update about ([0-9.]+)× the right one", message).group(1))
+    assert estimate == pytest.approx(wrong / right, abs=0.02)
+    assert "Adam divides by √v + eps" in message
+    assert {100: 0.87, 1000: 0.51}[n] == pytest.approx(estimate, abs=0.03)

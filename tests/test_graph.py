@@ -367,3 +367,11 @@ def test_nested_jagged_tensor_is_captured_without_storage_accounting():
     assert sorted(g.params_with_grad()) == ["a", "w"] and "nested tensor" in g.find("a")[0].note
     assert g.uncounted() and all("nested tensor" in s.note for _, s in g.uncounted())
     assert g.saved_bytes() == 4 * 3 * 2  # w only
+
+
+def test_capture_after_backward_through_indexing_marks_the_saved_index_list_freed():
+    w = torch.randn(5, 3, requires_grad=True)
+    y = w[torch.tensor([0, 2])].sum()
+    y.backward()
+    index = next(n for n in capture(y, params={"w": w}).nodes if n.name == "IndexBackward0")
+    assert [(s.name, s.state) for s in index.saved] == [("indices", "freed")]

@@ -235,3 +235,39 @@ def test_describe_checkpoint_names_every_part_with_binary_sizes():
     lines = text.splitlines()
     assert [line.split("|")[0].strip() for line in lines[1:]] == list(train_state.RESUME_PARTS)
     assert "KiB" in text and " kB" not in text and "no CUDA generator" in text
+
+
+def test_graph_stats_is_graph_capture_seen_as_totals():
+    """One walker: graph_stats counts what autogradlab.graph.capture reports, nothing of its own."""
+    from autogradlab.graph import capture
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    loss = model(torch.randn(16, 4)).pow(2).mean()
+    graph = capture(loss, params=model)
+    stats = graph_stats([loss], model.parameters())
+    assert stats.nodes == sum(1 for n in graph.nodes if n.kind != "output")
+    assert stats.saved_bytes == graph.activation_bytes() > 0
+
+
+def test_graph_stats_counts_what_a_custom_function_saved():
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    x = torch.ones(5, requires_grad=True)
+    stats = graph_stats([Double.apply(x).sum()])  # x: 20 B that ctx.save_for_backward kept
+    assert stats.saved_bytes == 20
+
+
+def test_graph_stats_after_backward_through_indexing_is_freed():
+    w = torch.randn(5, 3, requires_grad=True)
+    y = w[torch.tensor([0, 2])].exp().sum()
+    y.backward()
+    stats = graph_stats([y], [w])
+    assert (stats.freed, stats.saved_bytes, str(stats)) == (2, 0, "freed: 4 nodes, 0 B saved")

@@ -13,13 +13,13 @@
 from __future__ import annotations
 
 import contextlib
-import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
+from autogradlab import torch_internals as internals
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded
-from autogradlab.graph import capture
+from autogradlab.tracebacks import hint_for, is_kind
 
 # --- Exercise 1: which parameters get a gradient? -------------------------------------------
 
@@ -57,8 +57,10 @@ def _hint(name: str, extra: bool, mode: str, steps: int) -> str:
         return "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d."
     if name == "b":
         if extra:
-            return (f"with mode={mode!r} the `if mode == 'gate'` branch does not run, so no op that uses b is "
-                    "recorded: the graph is built by the code that actually ran, and b.grad stays None.")
+            return (
+                f"with mode={mode!r} the `if mode == 'gate'` branch does not run, so no op that uses b is "
+                "recorded: the graph is built by the code that actually ran, and b.grad stays None."
+            )
         return "with mode='gate' the branch runs: b is multiplied in, so it is in the graph and gets a gradient."
     if name == "c":
         if extra:
@@ -84,18 +86,20 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
             got = call_learner(params_that_get_grad, (mode, steps), "params_that_get_grad", label, no_autograd=True)
         except ExerciseError as error:
             text = str(error)
-            if any(sign in text for sign in ("used autograd", "no grad_fn", "does not require grad")):
-                where = text[text.index("\n  in your code:"):] if "\n  in your code:" in text else ""
+            # our own words (by_hand, capture) or torch's for a backward without a graph
+            if any(sign in text for sign in ("used autograd", "no grad_fn")) or is_kind(text, "no_graph"):
+                where = text[text.index("\n  in your code:") :] if "\n  in your code:" in text else ""
                 raise ExerciseError(
                     f"`params_that_get_grad` ran the forward pass and asked autograd for {label}.\n"
                     "Hint: this exercise asks you to reason about the code (which lines run for this mode and "
-                    "step count?), not to run it: the check runs your function with autograd switched off."
-                    + where
+                    "step count?), not to run it: the check runs your function with autograd switched off." + where
                 ) from None
             raise
         if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
-            raise ExerciseError(f"`params_that_get_grad` should return a set of names like {{'a', 'b'}}, "
-                                f"got {type(got).__name__} for {label}.")
+            raise ExerciseError(
+                f"`params_that_get_grad` should return a set of names like {{'a', 'b'}}, "
+                f"got {type(got).__name__} for {label}."
+            )
         got = set(got)
         unknown = got - set(PARAM_NAMES)
         if unknown:
@@ -110,7 +114,6 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
                 f"gradient are {sorted(truth)}.\nHint: {_hint(name, bool(extra), mode, steps)}"
             )
     passed(f"params_that_get_grad is right for all {len(_SETTINGS)} settings of mode and steps")
-
 
 
 # --- the checker's own references are not an answer --------------------------------------------
@@ -139,8 +142,10 @@ def _learner_call() -> Iterator[None]:
 def _reference_hint(error: ExerciseError, name: str, label: str) -> ExerciseError | None:
     if "checker's own reference answer" not in str(error):
         return None
-    return ExerciseError(f"`{name}` called the checker's reference answer for {label}.\nHint: the exercise is to "
-                         "write it yourself; the reference is only what the check compares with.")
+    return ExerciseError(
+        f"`{name}` called the checker's reference answer for {label}.\nHint: the exercise is to "
+        "write it yourself; the reference is only what the check compares with."
+    )
 
 
 # --- Exercise 2: repair a function whose graph is cut -----------------------------------------
@@ -175,26 +180,28 @@ def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
 
 SCALED_GRADIENT_MISTAKES = {
     "the mean still leaves the graph (`.item()` makes it a Python number): the gradient that flows "
-    "through the mean is missing. Keep `x.mean()` a tensor.":
-        lambda x, t: _scaled(x, t, mean=False),
+    "through the mean is missing. Keep `x.mean()` a tensor.": lambda x, t: _scaled(x, t, mean=False),
     "the std is still rebuilt with `torch.tensor(...)`, which copies the value out of the graph: the gradient "
-    "through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).":
-        lambda x, t: _scaled(x, t, std=False),
+    "through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).": lambda x, t: (
+        _scaled(x, t, std=False)
+    ),
     "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path "
-    "x -> output is in the graph.":
-        lambda x, t: _scaled(x, t, mean=False, std=False),
+    "x -> output is in the graph.": lambda x, t: _scaled(x, t, mean=False, std=False),
     "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): "
-    "scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.":
-        lambda x, t: _scaled(x, t, clamp="hidden"),
+    "scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.": lambda x, t: _scaled(
+        x, t, clamp="hidden"
+    ),
 }
 
 SCALED_VALUE_MISTAKES = {
     "the scores are not capped at ±3 (the clamp is missing).": lambda x, t: _scaled(x, t, clamp="none"),
-    "x.std() divides by N - 1 (the default); you divided by N (correction=0).":
-        lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
+    "x.std() divides by N - 1 (the default); you divided by N (correction=0).": lambda x, t: (
+        ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t
+    ),
     "divide by the temperature, not multiply.": lambda x, t: _scaled(x, t) * t * t,
-    "clamp the standardised scores, not x itself.":
-        lambda x, t: (x.clamp(-3.0, 3.0) - x.clamp(-3.0, 3.0).mean()) / x.clamp(-3.0, 3.0).std() / t,
+    "clamp the standardised scores, not x itself.": lambda x, t: (
+        (x.clamp(-3.0, 3.0) - x.clamp(-3.0, 3.0).mean()) / x.clamp(-3.0, 3.0).std() / t
+    ),
 }
 
 
@@ -210,14 +217,22 @@ def _scaled_cases() -> list[Case]:
     gen = seeded(21)
     f64 = torch.float64
     return [
-        Case((_with_outliers(gen, (20,), f64, [(3, 9.0)]), torch.tensor(0.7, dtype=f64)),
-             "x of shape (20,) with one outlier (its score is above 3), temperature 0.7"),
-        Case((_with_outliers(gen, (4, 6), f64, [(5, -8.0), (17, 7.5)]), torch.tensor(1.3, dtype=f64)),
-             "x of shape (4, 6) with two outliers, temperature 1.3"),
-        Case((torch.randn(3, 5, generator=gen, dtype=f64), torch.tensor(2.0, dtype=f64)),
-             "x of shape (3, 5) with no score beyond ±3, temperature 2.0"),
-        Case((_with_outliers(gen, (2, 3, 4), torch.float32, [(0, 10.0)]), torch.tensor(0.5)),
-             "x of shape (2, 3, 4) in float32 with one outlier, temperature 0.5"),
+        Case(
+            (_with_outliers(gen, (20,), f64, [(3, 9.0)]), torch.tensor(0.7, dtype=f64)),
+            "x of shape (20,) with one outlier (its score is above 3), temperature 0.7",
+        ),
+        Case(
+            (_with_outliers(gen, (4, 6), f64, [(5, -8.0), (17, 7.5)]), torch.tensor(1.3, dtype=f64)),
+            "x of shape (4, 6) with two outliers, temperature 1.3",
+        ),
+        Case(
+            (torch.randn(3, 5, generator=gen, dtype=f64), torch.tensor(2.0, dtype=f64)),
+            "x of shape (3, 5) with no score beyond ±3, temperature 2.0",
+        ),
+        Case(
+            (_with_outliers(gen, (2, 3, 4), torch.float32, [(0, 10.0)]), torch.tensor(0.5)),
+            "x of shape (2, 3, 4) in float32 with one outlier, temperature 0.5",
+        ),
     ]
 
 
@@ -242,28 +257,51 @@ def check_scaled_scores(scaled_scores) -> None:
         except ExerciseError as error:
             raise (_reference_hint(error, "scaled_scores", case.label) or error) from None
         if not torch.equal(lx.detach(), x) or not torch.equal(lt.detach(), t):
-            raise ExerciseError(f"`scaled_scores` changed its input in place for {case.label}.\nHint: an in-place op "
-                                "on x (`x.clamp_`, `x -= ...`) modifies the caller's tensor; compute new tensors.")
-        compare(got, _scaled(x, t), what="The value of `scaled_scores`", label=case.label,
-                mistakes={hint: fn(x, t) for hint, fn in SCALED_VALUE_MISTAKES.items()})
+            raise ExerciseError(
+                f"`scaled_scores` changed its input in place for {case.label}.\nHint: an in-place op "
+                "on x (`x.clamp_`, `x -= ...`) modifies the caller's tensor; compute new tensors."
+            )
+        compare(
+            got,
+            _scaled(x, t),
+            what="The value of `scaled_scores`",
+            label=case.label,
+            mistakes={hint: fn(x, t) for hint, fn in SCALED_VALUE_MISTAKES.items()},
+        )
         if got.grad_fn is None:
-            raise ExerciseError(f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was "
-                                "cut after the last operation, so no gradient reaches x or the temperature.")
+            raise ExerciseError(
+                f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was "
+                "cut after the last operation, so no gradient reaches x or the temperature."
+            )
         weights = torch.randn(x.shape, generator=seeded(200 + i), dtype=x.dtype)
         got_gx, got_gt = torch.autograd.grad((got * weights).sum(), (lx, lt), allow_unused=True)
         right_gx, right_gt = _grads(_scaled, x, t, weights)
         for name, got_g in (("x", got_gx), ("the temperature", got_gt)):
             if got_g is None:
-                where = ("something between x and the output leaves the graph: here the clamp under `no_grad` "
-                         "returns a tensor with no history" if name == "x" else
-                         "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)")
-                raise ExerciseError(f"No gradient reaches {name} through `scaled_scores` for {case.label}.\n"
-                                    f"Hint: {where}.")
+                where = (
+                    "something between x and the output leaves the graph: here the clamp under `no_grad` "
+                    "returns a tensor with no history"
+                    if name == "x"
+                    else "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)"
+                )
+                raise ExerciseError(
+                    f"No gradient reaches {name} through `scaled_scores` for {case.label}.\nHint: {where}."
+                )
         wrong = {hint: _grads(fn, x, t, weights) for hint, fn in SCALED_GRADIENT_MISTAKES.items()}
-        compare(got_gx, right_gx, what="The gradient that reaches x", label=f"{case.label} (gradient of "
-                "sum(weights * scaled_scores(x, t)))", mistakes={hint: g[0] for hint, g in wrong.items()})
-        compare(got_gt.reshape(right_gt.shape), right_gt, what="The gradient that reaches the temperature",
-                label=case.label, mistakes={hint: g[1] for hint, g in wrong.items()})
+        compare(
+            got_gx,
+            right_gx,
+            what="The gradient that reaches x",
+            label=f"{case.label} (gradient of sum(weights * scaled_scores(x, t)))",
+            mistakes={hint: g[0] for hint, g in wrong.items()},
+        )
+        compare(
+            got_gt.reshape(right_gt.shape),
+            right_gt,
+            what="The gradient that reaches the temperature",
+            label=case.label,
+            mistakes={hint: g[1] for hint, g in wrong.items()},
+        )
     passed("scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs")
 
 
@@ -284,7 +322,7 @@ class _Engine:
         return getattr(_REAL_ENGINE, name)
 
 
-_REAL_ENGINE = torch.autograd.variable.Variable._execution_engine
+_REAL_ENGINE = internals.execution_engine()
 
 
 @contextlib.contextmanager
@@ -303,8 +341,6 @@ def engine_off() -> Iterator[list[str]]:
     >>> used
     ['`backward()`']
     """
-    import torch.autograd.graph as graph_module
-
     used: list[str] = []
 
     def refuse(what):
@@ -317,10 +353,10 @@ def engine_off() -> Iterator[list[str]]:
     patches = [
         (torch.autograd, "backward", refuse("`backward()`")),
         (torch.autograd, "grad", refuse("`torch.autograd.grad`")),
-        (torch.autograd, "_engine_run_backward", refuse("the autograd engine")),
-        (graph_module, "_engine_run_backward", refuse("the autograd engine")),
-        (torch.autograd.variable.Variable, "_execution_engine", _Engine(used)),
     ]
+    for owner, attr in internals.engine_patch_points():
+        engine = owner is torch.autograd.variable.Variable  # the C++ engine object; the others are functions
+        patches.append((owner, attr, _Engine(used) if engine else refuse("the autograd engine")))
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches if hasattr(owner, attr)]
     try:
         for owner, attr, replacement in patches:
@@ -374,7 +410,7 @@ def _sweep_graphs() -> list[tuple[str, object]]:
         g = gen(4)
         w = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
         data = torch.randn(5, 3, generator=g, dtype=torch.float64)
-        return (data @ w).relu().mean() + 0.1 * (w ** 2).sum(), {"w": w, "data": data}
+        return (data @ w).relu().mean() + 0.1 * (w**2).sum(), {"w": w, "data": data}
 
     def two_leaves_one_add():
         g = gen(5)
@@ -405,14 +441,14 @@ def _sweep_graphs() -> list[tuple[str, object]]:
     return [
         ("x.exp().sin().sum()", chain),
         ("(w * w).sum()  (one leaf used twice by one node)", square),
-        ("h = x.exp(); (h.sin() + h.cos() * h).sum()  (h feeds three nodes, along paths of different length)",
-         diamond),
-        ("(data @ w).relu().mean() + 0.1 * (w ** 2).sum()  (data needs no grad; w is reached along two paths)",
-         data_and_two_paths),
+        ("h = x.exp(); (h.sin() + h.cos() * h).sum()  (h feeds three nodes, along paths of different length)", diamond),
+        (
+            "(data @ w).relu().mean() + 0.1 * (w ** 2).sum()  (data needs no grad; w is reached along two paths)",
+            data_and_two_paths,
+        ),
         ("(a + b).sum()  (two leaves fed by one node)", two_leaves_one_add),
         ("u, v, _ = x.exp().unbind(0); (u * v.sin()).sum()  (one node with three outputs, one unused)", unbind),
-        ("a Linear-Tanh-Linear MLP whose parameters already hold .grad = 0.5 from an earlier step",
-         mlp_with_old_grads),
+        ("a Linear-Tanh-Linear MLP whose parameters already hold .grad = 0.5 from an earlier step", mlp_with_old_grads),
         ("a chain of 3,000 multiplications", deep),
     ]
 
@@ -450,7 +486,7 @@ def _ready_order(output: torch.Tensor, order: str) -> list:
             if child is None:
                 continue
             pending[child] -= 1
-            if (pending[child] == 0 if order == "topological" else child not in queued):
+            if pending[child] == 0 if order == "topological" else child not in queued:
                 queued.add(child)
                 ready.append(child)
     return ran
@@ -462,7 +498,7 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
     grads = {output.grad_fn: [torch.ones_like(output)]}
     with torch.no_grad():
         for node in _ready_order(output, order):
-            slots = grads.pop(node, None) or [None] * len(node._input_metadata)
+            slots = grads.pop(node, None) or [None] * len(internals.input_metadata(node))
             if hasattr(node, "variable"):
                 leaf, g = node.variable, slots[0]
                 if g is not None:
@@ -473,8 +509,8 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
             for (child, nr), g in zip(node.next_functions, results):
                 if child is None or g is None:
                     continue
-                g = g.sum_to_size(child._input_metadata[nr].shape)  # undo a broadcast, as the engine does
-                box = grads.setdefault(child, [None] * len(child._input_metadata))
+                g = g.sum_to_size(internals.input_metadata(child)[nr].shape)  # undo a broadcast, as the engine does
+                box = grads.setdefault(child, [None] * len(internals.input_metadata(child)))
                 box[nr] = g if box[nr] is None or not sum_ else box[nr] + g
 
 
@@ -487,11 +523,17 @@ _ORDER_HINT = (
 SWEEP_MISTAKES = [
     (_ORDER_HINT, {"order": "bfs"}),
     (_ORDER_HINT, {"order": "dfs"}),
-    ("a node that receives gradients along several edges kept only one of them: sum every gradient that "
-     "arrives for the same (node, input_nr) before calling the node.", {"sum_": False}),
-    ("a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds "
-     "(here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the "
-     "AccumulateGrad node itself, which does that.", {"accumulate": False}),
+    (
+        "a node that receives gradients along several edges kept only one of them: sum every gradient that "
+        "arrives for the same (node, input_nr) before calling the node.",
+        {"sum_": False},
+    ),
+    (
+        "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds "
+        "(here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the "
+        "AccumulateGrad node itself, which does that.",
+        {"accumulate": False},
+    ),
 ]
 
 
@@ -501,8 +543,9 @@ def _leaf_report(leaves: dict, reference: dict) -> list[str]:
         got, right = leaf.grad, reference[name]
         if (got is None) != (right is None):
             wrong.append(name)
-        elif got is not None and (got.shape != right.shape or not torch.allclose(got.double(), right.double(),
-                                                                             rtol=1e-7, atol=1e-9)):
+        elif got is not None and (
+            got.shape != right.shape or not torch.allclose(got.double(), right.double(), rtol=1e-7, atol=1e-9)
+        ):
             wrong.append(name)
     return wrong
 
@@ -547,8 +590,10 @@ def check_reverse_sweep(reverse_sweep) -> None:
                 raise ExerciseError(_sweep_error_hint(str(error), used, label)) from None
         changed = [name for name, leaf in leaves.items() if not torch.equal(leaf.detach(), values[name])]
         if changed:
-            raise ExerciseError(f"Your sweep changed the values of {changed[0]} on {label}.\nHint: backward() only "
-                                "writes .grad; the leaves themselves (parameters, inputs) stay as they are.")
+            raise ExerciseError(
+                f"Your sweep changed the values of {changed[0]} on {label}.\nHint: backward() only "
+                "writes .grad; the leaves themselves (parameters, inputs) stay as they are."
+            )
         if used:
             raise ExerciseError(_engine_hint(used, label))
         twice = [n for n in counter.counts if n > 1]
@@ -576,29 +621,31 @@ def check_reverse_sweep(reverse_sweep) -> None:
 def _sweep_error_hint(message: str, used: list[str], label: str) -> str:
     if used:
         return _engine_hint(used, label)
-    if "NoneType" in message:
-        return (f"{message}\nHint: next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
-                "and a node returns None for it: skip those entries.")
-    if "recursion" in message.lower():
-        return (f"{message}\nHint: a recursive walk fails on deep graphs (real models have thousands of nodes): "
-                "use a loop with an explicit stack or queue.")
-    if re.search(r"expected \d+ arguments?, got \d+", message):
-        return (f"{message}\nHint: a node takes one gradient per output of its forward op, in output order "
-                "(`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge "
-                "comes from). Pass None for an output that received no gradient.")
-    if "to a tensor of size" in message or "match the broadcast shape" in message:
-        return (f"{message}\nHint: a node can return a gradient in the broadcast shape of its forward input (nn.Linear's "
-                "bias is added to every row). The engine sums it down to the shape the next node expects, "
-                "`child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.")
-    if "'tuple' object" in message or "not iterable" in message:
-        return (f"{message}\nHint: a node with one input returns a single tensor, one with several returns a tuple "
-                "(AccumulateGrad returns ()): normalise before zipping with next_functions.")
-    return message
+    hint = hint_for(message, _SWEEP_ERROR_HINTS)
+    return f"{message}\nHint: {hint}" if hint else message
+
+
+_SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
+    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
+    "and a node returns None for it: skip those entries.",
+    "recursion": "a recursive walk fails on deep graphs (real models have thousands of nodes): "
+    "use a loop with an explicit stack or queue.",
+    "node_arity": "a node takes one gradient per output of its forward op, in output order "
+    "(`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge "
+    "comes from). Pass None for an output that received no gradient.",
+    "grad_shape": "a node can return a gradient in the broadcast shape of its forward input (nn.Linear's "
+    "bias is added to every row). The engine sums it down to the shape the next node expects, "
+    "`child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.",
+    "not_iterable": "a node with one input returns a single tensor, one with several returns a tuple "
+    "(AccumulateGrad returns ()): normalise before zipping with next_functions.",
+}
 
 
 def _engine_hint(used: list[str], label: str) -> str:
-    return (f"`reverse_sweep` called {used[0]} on {label}.\nHint: this exercise rebuilds what backward() does, so "
-            "the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order.")
+    return (
+        f"`reverse_sweep` called {used[0]} on {label}.\nHint: this exercise rebuilds what backward() does, so "
+        "the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order."
+    )
 
 
 def _wrong_grads_message(build, leaves, reference, wrong, label) -> str:
@@ -608,16 +655,20 @@ def _wrong_grads_message(build, leaves, reference, wrong, label) -> str:
     if right is None:
         return f"{head}: backward() leaves it None (it needs no gradient), you set it."
     if got is None:
-        return (f"{head}: it is None, but backward() gives it a gradient.\nHint: every leaf that requires grad is "
-                "reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient "
-                "into `.grad` (or call the AccumulateGrad node).")
+        return (
+            f"{head}: it is None, but backward() gives it a gradient.\nHint: every leaf that requires grad is "
+            "reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient "
+            "into `.grad` (or call the AccumulateGrad node)."
+        )
     head += f" (max |error| {float((got.double() - right.double()).abs().max()):.3g})"
     for hint, flags in SWEEP_MISTAKES:
         mistaken = _grads_after(build, lambda out: _sweep(out, **flags))
         if not _leaf_report(leaves, mistaken):
             return f"{head}.\nHint: {hint}"
-    return (f"{head}.\nHint: check that a node runs only after every node that feeds it has run, and that gradients "
-            "arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward().")
+    return (
+        f"{head}.\nHint: check that a node runs only after every node that feeds it has run, and that gradients "
+        "arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward()."
+    )
 
 
 def _check_no_shared_grads(leaves: dict, label: str) -> None:

@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from autogradlab.checks.core import (
     Case,
@@ -39,6 +37,8 @@ from autogradlab.checks.core import (
     passed,
     seeded,
 )
+from autogradlab.torch_internals import TorchDispatchMode, tree_leaves
+from autogradlab.tracebacks import hint_for
 from autogradlab.units import format_bytes
 
 # --------------------------------------------------------------------------- shared parts
@@ -577,14 +577,14 @@ HVP_MISTAKES = {
 
 _HVP_SHORTCUTS = [entry for entry in _autograd_entry_points() if entry[1] not in ("backward", "grad")]
 
-_HVP_ERRORS = {
-    "does not require grad": "the first torch.autograd.grad needs create_graph=True: without it the gradients "
+_HVP_ERRORS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS
+    "no_graph": "the first torch.autograd.grad needs create_graph=True: without it the gradients "
     "are plain tensors with no graph, and they cannot be differentiated again.",
-    "appears to not have been used in the graph": "f is linear in one of the parameters, so its gradient does "
+    "unused": "f is linear in one of the parameters, so its gradient does "
     "not depend on any parameter and the second pass finds no path to it. "
     "That zero is real here: pass materialize_grads=True (or "
     "allow_unused=True and put zeros where you get None).",
-    "backward through the graph a second time": "run the second pass once, on one scalar and all parameters "
+    "freed": "run the second pass once, on one scalar and all parameters "
     "together, or keep the graph with retain_graph=True between passes.",
 }
 
@@ -606,11 +606,8 @@ def _hvp_failure(error: ExerciseError, mode: _Footprint, used: list[str], label:
             "Hint: H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
             "Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more."
         )
-    message = str(error)
-    for symptom, hint in _HVP_ERRORS.items():
-        if symptom in message:
-            return ExerciseError(f"{message}\nHint: {hint}")
-    return error
+    hint = hint_for(error, _HVP_ERRORS)
+    return ExerciseError(f"{error}\nHint: {hint}") if hint else error
 
 
 def check_hvp(hvp) -> None:

@@ -11,21 +11,22 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
+from autogradlab.torch_internals import TorchDispatchMode, version
 
 # --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
 
-def make_mlp(sizes: list[int], dtype: torch.dtype = torch.float32, seed: int = 0,
-             activation: str = "relu") -> nn.Sequential:
+def make_mlp(
+    sizes: list[int], dtype: torch.dtype = torch.float32, seed: int = 0, activation: str = "relu"
+) -> nn.Sequential:
     """Linear(sizes[0], sizes[1]) -> activation -> ... -> Linear(sizes[-2], sizes[-1]) (none after the last)."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
@@ -93,24 +94,38 @@ def _per_activation(b, s, d, a):
 
 # (hint, the wrong list a learner with that misconception writes, or None where it does not apply)
 ACTIVATION_MISTAKES = [
-    ("GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU "
-     "every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the "
-     "next Linear saves anyway, so there it is one.",
-     lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None),
-    ("ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's "
-     "input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
-     lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None),
-    ("the first Linear saves its input x too (the weight gradient is xᵀ·g): the input batch is the first storage.",
-     lambda b, s, d, a: _per_activation(b, s, d, a)[1:]),
-    ("the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last "
-     "storage.",
-     lambda b, s, d, a: _per_activation(b, s, d, a)[:-1]),
-    ("count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
-     lambda b, s, d, a: [n // _item(d) for n in _per_activation(b, s, d, a)]),
-    ("the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
-     lambda b, s, d, a: [n // _item(d) * 4 for n in _per_activation(b, s, d, a)] if d != torch.float32 else None),
-    ("activations are per example: multiply by the batch size.",
-     lambda b, s, d, a: [n // b for n in _per_activation(b, s, d, a)] if b != 1 else None),
+    (
+        "GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU "
+        "every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the "
+        "next Linear saves anyway, so there it is one.",
+        lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None,
+    ),
+    (
+        "ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's "
+        "input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
+        lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None,
+    ),
+    (
+        "the first Linear saves its input x too (the weight gradient is xᵀ·g): the input batch is the first storage.",
+        lambda b, s, d, a: _per_activation(b, s, d, a)[1:],
+    ),
+    (
+        "the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last "
+        "storage.",
+        lambda b, s, d, a: _per_activation(b, s, d, a)[:-1],
+    ),
+    (
+        "count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
+        lambda b, s, d, a: [n // _item(d) for n in _per_activation(b, s, d, a)],
+    ),
+    (
+        "the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
+        lambda b, s, d, a: [n // _item(d) * 4 for n in _per_activation(b, s, d, a)] if d != torch.float32 else None,
+    ),
+    (
+        "activations are per example: multiply by the batch size.",
+        lambda b, s, d, a: [n // b for n in _per_activation(b, s, d, a)] if b != 1 else None,
+    ),
 ]
 
 
@@ -133,10 +148,12 @@ def _as_int_list(got, label: str) -> list[int]:
             "each saved activation storage, in the order the forward pass creates them (the total alone can be "
             "right for the wrong reasons)."
         )
-    if not isinstance(got, (list, tuple)) or not all(isinstance(n, (int, float)) and not isinstance(n, bool)
-                                                     and float(n).is_integer() for n in got):
-        raise ExerciseError(f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r} "
-                            f"for {label}.")
+    if not isinstance(got, (list, tuple)) or not all(
+        isinstance(n, (int, float)) and not isinstance(n, bool) and float(n).is_integer() for n in got
+    ):
+        raise ExerciseError(
+            f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r} for {label}."
+        )
     return [int(n) for n in got]
 
 
@@ -152,25 +169,36 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
     """
     for batch, sizes, dtype, activation in _ACTIVATION_CASES:
         label = f"batch_size={batch}, sizes={sizes}, dtype={dtype}, activation={activation!r}"
-        got = call_learner(saved_activation_bytes, (batch, list(sizes), dtype, activation),
-                           "saved_activation_bytes", label)
+        got = call_learner(
+            saved_activation_bytes, (batch, list(sizes), dtype, activation), "saved_activation_bytes", label
+        )
         got = _as_int_list(got, label)
         truth = measured_activation_storages(batch, sizes, dtype, activation)
         if got == truth:
             continue
         hint = next((h for h, f in ACTIVATION_MISTAKES if f(batch, sizes, dtype, activation) == got), None)
         first = next((i for i, (g, t) in enumerate(zip(got, truth)) if g != t), min(len(got), len(truth)))
-        message = (f"Wrong for {label}: you listed {got} (total {sum(got)} B), but a saved_tensors_hooks "
-                   f"measurement of this model finds {truth} (total {sum(truth)} B); the first difference is at "
-                   f"position {first}.")
+        message = (
+            f"Wrong for {label}: you listed {got} (total {sum(got)} B), but a saved_tensors_hooks "
+            f"measurement of this model finds {truth} (total {sum(truth)} B); the first difference is at "
+            f"position {first}."
+        )
         if sum(got) == sum(truth):
             message += " The totals agree, the storages do not."
-        raise ExerciseError(message + (f"\nHint: {hint}" if hint else
-                                       "\nHint: go layer by layer: what does Linear's backward need, what does "
-                                       "the activation's derivative need, what does pow need? Then count a "
-                                       "tensor that two layers save once."))
-    passed(f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
-           "(ReLU, tanh, GELU), storage by storage")
+        raise ExerciseError(
+            message
+            + (
+                f"\nHint: {hint}"
+                if hint
+                else "\nHint: go layer by layer: what does Linear's backward need, what does "
+                "the activation's derivative need, what does pow need? Then count a "
+                "tensor that two layers save once."
+            )
+        )
+    passed(
+        f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
+        "(ReLU, tanh, GELU), storage by storage"
+    )
 
 
 # --- Exercise 2: in place wherever backward allows it -----------------------------------------
@@ -242,8 +270,7 @@ class _OpTrace(TorchDispatchMode):
 def _breaks_backward(name: str) -> str:
     index = [n for n, _, _ in CHAIN].index(name)
     previous = CHAIN[index - 1][0]
-    return (f"the step before, `{previous}`, saved its output for backward, and `{name}_` overwrites exactly "
-            "that tensor")
+    return f"the step before, `{previous}`, saved its output for backward, and `{name}_` overwrites exactly that tensor"
 
 
 def check_inplace_chain(chain_inplace) -> None:
@@ -268,12 +295,12 @@ def check_inplace_chain(chain_inplace) -> None:
         label = f"h of shape {shape}"
         x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
         h = x * 1
-        h_before, h_version = h.detach().clone(), h._version
+        h_before, h_version = h.detach().clone(), version(h)
         with _OpTrace() as trace:
             out = call_learner(chain_inplace, (h,), "chain_inplace", label)
         if not isinstance(out, torch.Tensor):
             raise ExerciseError(f"`chain_inplace` should return the final tensor, got {type(out).__name__}.")
-        if h._version != h_version or not torch.equal(h.detach(), h_before):
+        if version(h) != h_version or not torch.equal(h.detach(), h_before):
             raise ExerciseError(
                 f"`chain_inplace` changed its argument h in place for {label}; the caller may still need it.\n"
                 "Hint: start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves "
@@ -281,18 +308,30 @@ def check_inplace_chain(chain_inplace) -> None:
             )
         expected = chain(x.detach())
         if out.shape != expected.shape or not torch.allclose(out.detach(), expected):
-            raise ExerciseError(f"`chain_inplace` computes a different value than the chain for {label}.\n"
-                                "Hint: keep every step of the chain: sin, ×3, exp, +1, tanh, /2, square, −0.5.")
+            raise ExerciseError(
+                f"`chain_inplace` computes a different value than the chain for {label}.\n"
+                "Hint: keep every step of the chain: sin, ×3, exp, +1, tanh, /2, square, −0.5."
+            )
         try:
             (grad,) = torch.autograd.grad(out.sum(), x)
         except RuntimeError as exc:
-            culprit = next((n for n in trace.in_place
-                            if n in saves_memory and [c for c, _, _ in CHAIN].index(n) > 0
-                            and CHAIN[[c for c, _, _ in CHAIN].index(n) - 1][2] == "output"), None)
+            culprit = next(
+                (
+                    n
+                    for n in trace.in_place
+                    if n in saves_memory
+                    and [c for c, _, _ in CHAIN].index(n) > 0
+                    and CHAIN[[c for c, _, _ in CHAIN].index(n) - 1][2] == "output"
+                ),
+                None,
+            )
             raise ExerciseError(
                 f"backward through `chain_inplace` fails for {label}: {str(exc).split(' Hint:')[0][:160]}...\n"
-                + (f"Hint: {_breaks_backward(culprit)}." if culprit else
-                   "Hint: an in-place op overwrote a tensor that an earlier step saved for backward.")
+                + (
+                    f"Hint: {_breaks_backward(culprit)}."
+                    if culprit
+                    else "Hint: an in-place op overwrote a tensor that an earlier step saved for backward."
+                )
             ) from None
         (reference,) = torch.autograd.grad(chain(x).sum(), x)
         if not torch.allclose(grad, reference):
@@ -320,8 +359,10 @@ def check_inplace_chain(chain_inplace) -> None:
                 "that cannot run in place."
             )
     in_place = [n for n, ok in saves_memory.items() if ok]
-    passed(f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), "
-           "the fewest backward allows")
+    passed(
+        f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), "
+        "the fewest backward allows"
+    )
 
 
 # --- Exercise 3: an exponential moving average of the parameters ------------------------------
@@ -350,8 +391,10 @@ def check_ema(init_ema, ema_update_) -> None:
         ema = call_learner(init_ema, (model,), "init_ema", label)
         names = [n for n, _ in model.named_parameters()]
         if not isinstance(ema, dict) or sorted(ema) != sorted(names):
-            raise ExerciseError(f"`init_ema` should return a dict keyed by parameter name ({names}), got "
-                                f"{type(ema).__name__}{' with keys ' + str(sorted(ema)) if isinstance(ema, dict) else ''}.")
+            raise ExerciseError(
+                f"`init_ema` should return a dict keyed by parameter name ({names}), got "
+                f"{type(ema).__name__}{' with keys ' + str(sorted(ema)) if isinstance(ema, dict) else ''}."
+            )
         for name, p in model.named_parameters():
             e = ema[name]
             if not isinstance(e, torch.Tensor) or not torch.equal(e.detach(), p.detach()):
@@ -373,35 +416,44 @@ def check_ema(init_ema, ema_update_) -> None:
         optimizer.step()
         objects = {name: ema[name] for name in names}
         before = {name: ema[name].detach().clone() for name in names}
-        versions = {name: ema[name]._version for name in names}
-        param_versions = {name: p._version for name, p in model.named_parameters()}
+        versions = {name: version(ema[name]) for name in names}
+        param_versions = {name: version(p) for name, p in model.named_parameters()}
         params_before = {name: p.detach().clone() for name, p in model.named_parameters()}
         result = call_learner(ema_update_, (ema, model, decay), "ema_update_", label)
         for name, p in model.named_parameters():
-            if not torch.equal(p.detach(), params_before[name]) or p._version != param_versions[name]:
-                raise ExerciseError(f"`ema_update_` changed the model's parameter {name}; only the average "
-                                    "should change.")
+            if not torch.equal(p.detach(), params_before[name]) or version(p) != param_versions[name]:
+                raise ExerciseError(
+                    f"`ema_update_` changed the model's parameter {name}; only the average should change."
+                )
             expected = decay * before[name] + (1 - decay) * params_before[name]
             e = ema[name]
             if e is not objects[name]:
-                hint = ("you put a new tensor into the dict; whoever holds the average (an evaluation model, "
-                        "a checkpoint) still has the old one. Update the tensor in place: mul_, add_, lerp_.")
+                hint = (
+                    "you put a new tensor into the dict; whoever holds the average (an evaluation model, "
+                    "a checkpoint) still has the old one. Update the tensor in place: mul_, add_, lerp_."
+                )
                 raise ExerciseError(f"`ema_update_` replaced ema[{name!r}] instead of updating it.\nHint: {hint}")
             if not torch.allclose(e.detach(), expected):
                 swapped = (1 - decay) * before[name] + decay * params_before[name]
-                hint = ("decay weighs the old average: new = decay · ema + (1 − decay) · param."
-                        if torch.allclose(e.detach(), swapped) else
-                        "new = decay · ema + (1 − decay) · param, for every parameter.")
+                hint = (
+                    "decay weighs the old average: new = decay · ema + (1 − decay) · param."
+                    if torch.allclose(e.detach(), swapped)
+                    else "new = decay · ema + (1 − decay) · param, for every parameter."
+                )
                 raise ExerciseError(f"`ema_update_` computed wrong values for {name} ({label}).\nHint: {hint}")
-            if e._version == versions[name]:
+            if version(e) == versions[name]:
                 raise ExerciseError(
                     f"ema[{name!r}] changed but its version counter did not move.\nHint: a change through "
                     "`.data` is invisible to autograd: a graph that used the average would silently see new "
                     "values. Use `with torch.no_grad():` and in-place ops on the tensor itself."
                 )
             if e.requires_grad or e.grad_fn is not None:
-                raise ExerciseError(f"ema[{name!r}] became part of a graph after `ema_update_`.\nHint: update "
-                                    "under `with torch.no_grad():`.")
+                raise ExerciseError(
+                    f"ema[{name!r}] became part of a graph after `ema_update_`.\nHint: update "
+                    "under `with torch.no_grad():`."
+                )
         del result
-    passed("init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, "
-           "leaving the model alone")
+    passed(
+        "init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, "
+        "leaving the model alone"
+    )

@@ -23,11 +23,12 @@ mistake it is.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded, tolerance
+from autogradlab.torch_internals import TorchFunctionMode
 
 Grads = Callable[..., tuple]  # (*inputs, v) -> one gradient (or None) per input
 
@@ -47,7 +48,8 @@ def _apply_of(cls, name: str) -> Callable:
 
 def _leaves(args: tuple, frozen: Sequence[int]) -> list:
     return [
-        a.detach().clone().requires_grad_(i not in frozen) if isinstance(a, torch.Tensor) and a.is_floating_point()
+        a.detach().clone().requires_grad_(i not in frozen)
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
         else a
         for i, a in enumerate(args)
     ]
@@ -103,7 +105,9 @@ def _explain_gradcheck(fn: Callable, args: tuple, names: Sequence[str], frozen: 
         worst = float(diff.max()) if diff.numel() else 0.0
         scale = float(numeric.abs().max()) if numeric.numel() else 0.0
         if not torch.isfinite(analytic).all():
-            lines.append(f"the gradient of `{names[i]}` (input {i}) contains NaN or inf where the numerical one is finite")
+            lines.append(
+                f"the gradient of `{names[i]}` (input {i}) contains NaN or inf where the numerical one is finite"
+            )
         elif worst > 1e-5 + 1e-3 * scale:
             lines.append(
                 f"the gradient of `{names[i]}` (input {i}) is wrong: your backward's Jacobian and the numerical "
@@ -134,7 +138,7 @@ def _matches(got: tuple, wrong: tuple, dtype: torch.dtype) -> bool:
     )
 
 
-class _CallRecorder(torch.overrides.TorchFunctionMode):
+class _CallRecorder(TorchFunctionMode):
     """Records the name of every torch function called inside it (e.g. ``softplus``)."""
 
     def __init__(self):
@@ -188,8 +192,9 @@ def _check_ctx_contract(out, packed: list[tuple], name: str, label: str, max_sav
         )
 
 
-def _check_skips_unneeded(cls, out, v: torch.Tensor, frozen: Sequence[int], names: Sequence[str], name: str,
-                          label: str) -> None:
+def _check_skips_unneeded(
+    cls, out, v: torch.Tensor, frozen: Sequence[int], names: Sequence[str], name: str, label: str
+) -> None:
     """Call the learner's backward directly: inputs that need no gradient must get None (nothing computed)."""
     if not frozen or not isinstance(cls, type):
         return
@@ -257,18 +262,22 @@ def check_autograd_function(
                     "but that input requires grad. Return its gradient (None is only for inputs that do not need one)."
                 )
             if r is not None and g.shape != r.shape:
-                raise ExerciseError(f"The gradient of `{input_names[i]}` has shape {tuple(g.shape)} for {label}; "
-                                    f"expected {tuple(r.shape)}, the shape of `{input_names[i]}`.")
+                raise ExerciseError(
+                    f"The gradient of `{input_names[i]}` has shape {tuple(g.shape)} for {label}; "
+                    f"expected {tuple(r.shape)}, the shape of `{input_names[i]}`."
+                )
         rtol, atol = tolerance(expected.dtype)
-        grads_ok = all(r is None or torch.allclose(g.double(), r.double(), rtol=rtol, atol=atol)
-                       for g, r in zip(got, right))
+        grads_ok = all(
+            r is None or torch.allclose(g.double(), r.double(), rtol=rtol, atol=atol) for g, r in zip(got, right)
+        )
         finite = all(g is None or torch.isfinite(g).all() for g in got)
         if grads_ok and _run_gradcheck(apply, case.args, frozen, name, label):
             continue
         explanation = _explain_gradcheck(apply, case.args, input_names, frozen)
         message = f"gradcheck fails for `{name}` on {label}: {explanation}"
-        hint = next((h for h, wrong in (mistakes or {}).items() if _matches(got, wrong(*case.args, v), expected.dtype)),
-                    None)
+        hint = next(
+            (h for h, wrong in (mistakes or {}).items() if _matches(got, wrong(*case.args, v), expected.dtype)), None
+        )
         if hint is None and not finite and nonfinite_hint:
             hint = nonfinite_hint
         raise ExerciseError(message + (f"\nHint: {hint}" if hint else ""))
@@ -289,22 +298,43 @@ def _linear_cases() -> list[Case]:
     gen = seeded(50)
     cases = []
     for n, d, e in [(3, 4, 2), (5, 2, 3), (1, 3, 2), (4, 3, 1)]:
-        cases.append(Case((_f64(n, d, gen=gen), _f64(d, e, gen=gen), _f64(e, gen=gen)),
-                          f"x {(n, d)}, W {(d, e)}, b {(e,)}"))
-    cases.append(Case((_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen)),
-                      "x (4, 3), W (3, 5), b (5,), where only W requires grad", context={"frozen": (0, 2)}))
-    cases.append(Case((_f64(6, 2, gen=gen), _f64(2, 3, gen=gen), _f64(3, gen=gen)),
-                      "x (6, 2) as data (no grad), W (2, 3), b (3,)", context={"frozen": (0,)}))
-    cases.append(Case((_f64(3, 5, gen=gen).T, _f64(3, 4, gen=gen), _f64(4, gen=gen)),
-                      "a non-contiguous x (a transposed (3, 5) tensor), W (3, 4), b (4,)"))
+        cases.append(
+            Case((_f64(n, d, gen=gen), _f64(d, e, gen=gen), _f64(e, gen=gen)), f"x {(n, d)}, W {(d, e)}, b {(e,)}")
+        )
+    cases.append(
+        Case(
+            (_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen)),
+            "x (4, 3), W (3, 5), b (5,), where only W requires grad",
+            context={"frozen": (0, 2)},
+        )
+    )
+    cases.append(
+        Case(
+            (_f64(6, 2, gen=gen), _f64(2, 3, gen=gen), _f64(3, gen=gen)),
+            "x (6, 2) as data (no grad), W (2, 3), b (3,)",
+            context={"frozen": (0,)},
+        )
+    )
+    cases.append(
+        Case(
+            (_f64(3, 5, gen=gen).T, _f64(3, 4, gen=gen), _f64(4, gen=gen)),
+            "a non-contiguous x (a transposed (3, 5) tensor), W (3, 4), b (4,)",
+        )
+    )
     return cases
 
 
 LINEAR_MISTAKES = {
-    "db averages G over the batch; b is added to every row, so its gradient is G.sum(0).":
-        lambda x, W, b, G: (G @ W.T, x.T @ G, G.mean(0)),
-    "dW = Xᵀ G was divided by the batch size: the upstream G already carries any 1/N of the loss.":
-        lambda x, W, b, G: (G @ W.T, x.T @ G / x.shape[0], G.sum(0)),
+    "db averages G over the batch; b is added to every row, so its gradient is G.sum(0).": lambda x, W, b, G: (
+        G @ W.T,
+        x.T @ G,
+        G.mean(0),
+    ),
+    "dW = Xᵀ G was divided by the batch size: the upstream G already carries any 1/N of the loss.": lambda x, W, b, G: (
+        G @ W.T,
+        x.T @ G / x.shape[0],
+        G.sum(0),
+    ),
 }
 
 
@@ -332,7 +362,7 @@ def check_linear_function(LinearFunction) -> None:
         input_names=("x", "W", "b"),
         mistakes=LINEAR_MISTAKES,
         error_hint="backward returns one gradient per forward input, in order (x, W, b), each with that input's "
-                   "shape: G Wᵀ for x, xᵀ G for W, G summed over the batch for b.",
+        "shape: G Wᵀ for x, xᵀ G for W, G summed over the batch for b.",
         max_saved=2,
     )
 
@@ -356,14 +386,14 @@ def _softplus_grad(x, v):
 
 
 SOFTPLUS_MISTAKES = {
-    "the backward forgot grad_output: multiply σ(x) by grad_output.":
-        lambda x, v: (torch.sigmoid(x),),
-    "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.":
-        lambda x, v: (v * torch.exp(x),),
-    "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).":
-        lambda x, v: (v * torch.sigmoid(-x),),
-    "that is the softplus itself, not its derivative σ(x).":
-        lambda x, v: (v * torch.nn.functional.softplus(x),),
+    "the backward forgot grad_output: multiply σ(x) by grad_output.": lambda x, v: (torch.sigmoid(x),),
+    "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.": lambda x, v: (
+        v * torch.exp(x),
+    ),
+    "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).": lambda x, v: (
+        v * torch.sigmoid(-x),
+    ),
+    "that is the softplus itself, not its derivative σ(x).": lambda x, v: (v * torch.nn.functional.softplus(x),),
 }
 
 
@@ -406,11 +436,13 @@ def check_softplus_function(StableSoftplus) -> None:
         input_names=("x",),
         mistakes=SOFTPLUS_MISTAKES,
         nonfinite_hint="eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the "
-                       "large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never "
-                       "positive; σ(x) = torch.sigmoid(x) is stable.",
+        "large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never "
+        "positive; σ(x) = torch.sigmoid(x) is stable.",
         max_saved=2,
-        forbidden={f: "this exercise is to build the stable formula yourself; torch's softplus and logaddexp "
-                      "already are one." for f in ("softplus", "logaddexp")},
+        forbidden={
+            f: "this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one."
+            for f in ("softplus", "logaddexp")
+        },
         then=lambda: _check_softplus_precision(_apply_of(StableSoftplus, name), name),
     )
 
@@ -441,10 +473,12 @@ def _norm_grad(x, v):
 
 
 NORM_MISTAKES = {
-    "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).":
-        lambda x, v: (_norm_grad(x, torch.ones_like(v)),),
-    "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).":
-        lambda x, v: (v.unsqueeze(-1) * x,),
+    "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).": lambda x, v: (
+        _norm_grad(x, torch.ones_like(v)),
+    ),
+    "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).": lambda x, v: (
+        v.unsqueeze(-1) * x,
+    ),
 }
 
 
@@ -506,10 +540,12 @@ def check_safe_norm_function(SafeNorm) -> None:
         mistakes=NORM_MISTAKES,
         error_hint="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
         nonfinite_hint="at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, "
-                       "even in a branch torch.where discards.",
+        "even in a branch torch.where discards.",
         max_saved=2,
-        forbidden={f: "this exercise is to write the norm's backward yourself; torch's norms bring their own."
-                   for f in ("norm", "linalg_vector_norm", "linalg_norm")},
+        forbidden={
+            f: "this exercise is to write the norm's backward yourself; torch's norms bring their own."
+            for f in ("norm", "linalg_vector_norm", "linalg_norm")
+        },
         then=lambda: _check_norm_double_backward(_apply_of(SafeNorm, "SafeNorm"), "SafeNorm"),
     )
 
@@ -530,17 +566,12 @@ def _ste_cases() -> list[Case]:
 
 STE_MISTAKES = {
     "that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through "
-    "where |x| ≤ 1.":
-        lambda x, v: torch.zeros_like(v),
+    "where |x| ≤ 1.": lambda x, v: torch.zeros_like(v),
     "that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and "
-    "returns 0 outside.":
-        lambda x, v: v,
-    "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).":
-        lambda x, v: v * (x.abs() < 1),
-    "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.":
-        lambda x, v: v * x * (x.abs() <= 1),
-    "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.":
-        lambda x, v: v * (x.abs() > 1),
+    "returns 0 outside.": lambda x, v: v,
+    "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).": lambda x, v: v * (x.abs() < 1),
+    "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.": lambda x, v: v * x * (x.abs() <= 1),
+    "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.": lambda x, v: v * (x.abs() > 1),
 }
 
 
@@ -568,18 +599,30 @@ def check_clipped_sign_ste(ClippedSignSTE) -> None:
         (x,) = case.args
         out, packed = _saved_by_forward(apply, _leaves(case.args, ()), name, case.label)
         _check_ctx_contract(out, packed, name, case.label, max_saved=1)
-        compare(out, torch.sign(x), what=f"The forward of `{name}`", label=case.label, mistakes={
-            "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).":
-                torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
-            "the forward is sign(x), not round(x).": torch.round(x),
-            "the forward is sign(x), not the clamp (hardtanh) of x.": x.clamp(-1, 1),
-        })
+        compare(
+            out,
+            torch.sign(x),
+            what=f"The forward of `{name}`",
+            label=case.label,
+            mistakes={
+                "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).": torch.where(
+                    x >= 0, 1.0, -1.0
+                ).to(x.dtype),
+                "the forward is sign(x), not round(x).": torch.round(x),
+                "the forward is sign(x), not the clamp (hardtanh) of x.": x.clamp(-1, 1),
+            },
+        )
         v = torch.randn(x.shape, generator=seeded(x.numel()), dtype=x.dtype)
         (got,) = call_learner(lambda: _grads_of(apply, case.args, (), v), (), f"{name}.backward", case.label)
         if got is None:
             raise ExerciseError(
                 f"The backward of `{name}` returned None for {case.label}: then x gets no gradient at all."
             )
-        compare(got, v * (x.abs() <= 1), what=f"The gradient that `{name}` passes back", label=case.label,
-                mistakes={hint: wrong(x, v) for hint, wrong in STE_MISTAKES.items()})
+        compare(
+            got,
+            v * (x.abs() <= 1),
+            what=f"The gradient that `{name}` passes back",
+            label=case.label,
+            mistakes={hint: wrong(x, v) for hint, wrong in STE_MISTAKES.items()},
+        )
     passed(f"{name}: forward is sign(x), backward passes the gradient where |x| ≤ 1 on {len(cases)} inputs")

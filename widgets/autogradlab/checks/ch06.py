@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, call_learner, passed
 from autogradlab.models import train_state
 from autogradlab.models.train_state import Snapshot, module_mode, snapshot
+from autogradlab.torch_internals import version
+from autogradlab.tracebacks import is_kind
 
 
 class _HelperUsed(RuntimeError):
@@ -25,8 +29,13 @@ class _HelperUsed(RuntimeError):
 
 @contextlib.contextmanager
 def _course_helpers_off(names: tuple[str, ...], what: str) -> Iterator[None]:
-    """Make ``train_state.<name>`` raise while the learner's code runs (``what`` names the exercise's job)."""
-    saved = {name: getattr(train_state, name) for name in names}
+    """Make ``train_state.<name>`` raise while the learner's code runs (``what`` names the exercise's job).
+
+    Each name is replaced where the learner reaches it (the package) and where the course's
+    own functions call it (the submodule that defines it, e.g. ``snapshot`` calling ``_optimizer_state``).
+    """
+    owners = {name: (train_state, sys.modules[getattr(train_state, name).__module__]) for name in names}
+    saved = {(owner, name): getattr(owner, name) for name in names for owner in owners[name]}
 
     def refuse(*args, **kwargs):
         raise _HelperUsed(
@@ -35,12 +44,12 @@ def _course_helpers_off(names: tuple[str, ...], what: str) -> Iterator[None]:
         )
 
     try:
-        for name in names:
-            setattr(train_state, name, refuse)
+        for owner, name in saved:
+            setattr(owner, name, refuse)
         yield
     finally:
-        for name, original in saved.items():
-            setattr(train_state, name, original)
+        for (owner, name), original in saved.items():
+            setattr(owner, name, original)
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -59,8 +68,9 @@ def _differences(got: Snapshot, expected: Snapshot) -> list[str]:
         out.append("parameter values")
     for name, state in expected.optimizer.items():
         mine = got.optimizer[name]
-        if (state is None) != (mine is None) or (state and (state.keys() != mine.keys() or
-                                                           not all(_close(mine[k], state[k]) for k in state))):
+        if (state is None) != (mine is None) or (
+            state and (state.keys() != mine.keys() or not all(_close(mine[k], state[k]) for k in state))
+        ):
             out.append("optimizer state")
             break
     if got.mode != expected.mode:
@@ -71,13 +81,16 @@ def _differences(got: Snapshot, expected: Snapshot) -> list[str]:
 
 
 def _flat_params(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return parameters_to_vector(model.parameters()).detach()
 
 
 # --------------------------------------------------------------------------- exercise 1: a step that reports
 
 # One set-up clips on every step (the gradient norm is about 0.6 to 1.6), the other never does.
-STEP_SETUPS = ((0, 0.25, "max_norm = 0.25, below the gradient norm"), (1, 2.0, "max_norm = 2.0, above the gradient norm"))
+STEP_SETUPS = (
+    (0, 0.25, "max_norm = 0.25, below the gradient norm"),
+    (1, 2.0, "max_norm = 2.0, above the gradient norm"),
+)
 STEPS = 3
 
 
@@ -88,9 +101,14 @@ def _step_data(seed: int):
     ).double()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(100 + seed)
-    batches = [(torch.randn(6, 5, generator=gen, dtype=torch.float64), torch.randn(6, 3, generator=gen, dtype=torch.float64))
-               for _ in range(STEPS)]
-    validation = (torch.randn(4, 5, generator=gen, dtype=torch.float64), torch.randn(4, 3, generator=gen, dtype=torch.float64))
+    batches = [
+        (torch.randn(6, 5, generator=gen, dtype=torch.float64), torch.randn(6, 3, generator=gen, dtype=torch.float64))
+        for _ in range(STEPS)
+    ]
+    validation = (
+        torch.randn(4, 5, generator=gen, dtype=torch.float64),
+        torch.randn(4, 3, generator=gen, dtype=torch.float64),
+    )
     return model, optimizer, batches, validation
 
 
@@ -111,11 +129,12 @@ def _run_steps(step_fn: Callable, seed: int, max_norm: float, call=None) -> list
         for i, batch in enumerate(batches):
             model.eval()
             loss_fn(model(vx), vy).backward()
-            kept = [(t.clone(), t._version, t.requires_grad) for t in batch]
+            kept = [(t.clone(), version(t), t.requires_grad) for t in batch]
             args = (model, batch, optimizer, loss_fn, max_norm)
             returned = call(step_fn, args, i) if call else step_fn(*args)
-            changed = any(not torch.equal(t, c) or t._version != v or t.requires_grad != r
-                          for t, (c, v, r) in zip(batch, kept))
+            changed = any(
+                not torch.equal(t, c) or version(t) != v or t.requires_grad != r for t, (c, v, r) in zip(batch, kept)
+            )
             records.append(_StepRecord(returned, snapshot(model, optimizer), changed))
     return records
 
@@ -149,7 +168,7 @@ def _variant(kind: str) -> Callable:
         loss.backward()
         if kind == "zero_after":
             optimizer.zero_grad(set_to_none=True)
-        norm = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None] or [torch.zeros(1)]).norm()
+        norm = parameters_to_vector([p.grad for p in params if p.grad is not None] or [torch.zeros(1)]).norm()
         if kind == "always_scale":
             for p in params:
                 p.grad.mul_(max_norm / (norm + 1e-6))
@@ -173,27 +192,27 @@ def _variant(kind: str) -> Callable:
 
 TRAIN_STEP_MISTAKES = {
     "eval": "the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; "
-            "eval() from the validation pass sticks until you switch back.",
+    "eval() from the validation pass sticks until you switch back.",
     "train_late": "model.train() came after the forward pass, so Dropout was still off for it: switch the mode "
-                  "first, at the top of the step.",
+    "first, at the top of the step.",
     "no_zero": "stale gradients: the validation pass left .grad full and backward() adds into it. "
-               "Call optimizer.zero_grad(set_to_none=True) before loss.backward().",
+    "Call optimizer.zero_grad(set_to_none=True) before loss.backward().",
     "zero_after": "optimizer.step() found no gradients: zero_grad ran after backward and threw them away. "
-                  "Clear the gradients before backward, never between backward and step.",
+    "Clear the gradients before backward, never between backward and step.",
     "step_first": "optimizer.step() ran before loss.backward(), so it found no gradient of this batch. "
-                  "The order is zero_grad, forward, loss, backward, clip, step.",
+    "The order is zero_grad, forward, loss, backward, clip, step.",
     "no_clip": "the update used unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) "
-               "after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet).",
+    "after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet).",
     "clip_after": "the gradients were clipped after optimizer.step(): the update had already used the unclipped ones. "
-                  "Clip between backward and step.",
+    "Clip between backward and step.",
     "always_scale": "the gradients were scaled to norm max_norm although their norm was already below it: "
-                    "clipping only ever scales down (clip_grad_norm_ leaves them as they are then).",
+    "clipping only ever scales down (clip_grad_norm_ leaves them as they are then).",
     "clip_value": "clip_grad_value_ clamps each element; the exercise clips the total norm of all gradients "
-                  "together: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+    "together: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
     "per_parameter": "each parameter's gradient was clipped on its own; the norm to clip is the total norm of all "
-                     "gradients taken together (one call of clip_grad_norm_ on model.parameters()).",
+    "gradients taken together (one call of clip_grad_norm_ on model.parameters()).",
     "extra_forward": "the step ran the model a second time (for the log?): in train mode that draws new Dropout "
-                     "masks, so the RNG state (and every later step) differs. Log the loss of the one forward pass.",
+    "masks, so the RNG state (and every later step) differs. Log the loss of the one forward pass.",
 }
 
 
@@ -216,7 +235,7 @@ def _call_step(fn, args, name, label):
     try:
         return call_learner(fn, args, name, label)
     except ExerciseError as error:
-        if "does not require grad" in str(error):
+        if is_kind(error, "no_graph"):
             raise ExerciseError(
                 f"{error}\nHint: the forward pass ran without autograd (under torch.no_grad() or inference_mode, "
                 "or the loss was detached), so backward has no graph. Only the logging may be outside autograd."
@@ -237,19 +256,25 @@ def _check_numbers(returned, ref_returned, label: str, ratio_variants: dict, cli
         return abs(a - b) <= rtol * abs(b) + 1e-12
 
     if not same(loss, ref_loss):
-        raise ExerciseError(f"the returned loss is {loss:.6g}, expected {ref_loss:.6g} (the loss of this batch before "
-                            f"the update) for {label}.")
+        raise ExerciseError(
+            f"the returned loss is {loss:.6g}, expected {ref_loss:.6g} (the loss of this batch before "
+            f"the update) for {label}."
+        )
     if not same(norm, ref_norm):
-        hint = ("that is the norm after clipping: take the total norm before clipping (clip_grad_norm_ returns it)."
-                if same(norm, clipped_norm, rtol=1e-5) else
-                "grad_norm is the L2 norm of all parameter gradients taken together, before clipping.")
+        hint = (
+            "that is the norm after clipping: take the total norm before clipping (clip_grad_norm_ returns it)."
+            if same(norm, clipped_norm, rtol=1e-5)
+            else "grad_norm is the L2 norm of all parameter gradients taken together, before clipping."
+        )
         raise ExerciseError(f"grad_norm is {norm:.6g}, expected {ref_norm:.6g} for {label}.\nHint: {hint}")
     if not same(ratio, ref_ratio):
         hint = "update_ratio = ‖θ_after − θ_before‖ / ‖θ_before‖ with θ all parameters as one vector."
         if ratio == 0.0:
-            hint = ("your θ_before changed with the parameters: `p.detach()` (and a list of them) shares storage with p, "
-                    "and optimizer.step() updates p in place. Keep a copy: `.clone()` (or torch.cat / "
-                    "parameters_to_vector, which allocate new memory).")
+            hint = (
+                "your θ_before changed with the parameters: `p.detach()` (and a list of them) shares storage with p, "
+                "and optimizer.step() updates p in place. Keep a copy: `.clone()` (or torch.cat / "
+                "parameters_to_vector, which allocate new memory)."
+            )
         for text, value in ratio_variants.items():
             if same(ratio, value):
                 hint = text
@@ -269,11 +294,13 @@ def _ratio_variants(seed: int, max_norm: float, step: int) -> dict[str, float]:
             _reference_step(model, batches[i], optimizer, loss_fn, max_norm)
         after = [p.detach() for p in model.parameters()]
     per = [float((a - b).norm() / b.norm()) for a, b in zip(after, before)]
-    delta = torch.cat([(a - b).reshape(-1) for a, b in zip(after, before)]).norm()
+    delta = (parameters_to_vector(after) - parameters_to_vector(before)).norm()
     return {
-        "that is the mean of the per-parameter ratios: take one norm over all parameters as one vector.": sum(per) / len(per),
-        "divide by ‖θ_before‖, the parameters before the step, not after it.":
-            float(delta / torch.cat([a.reshape(-1) for a in after]).norm()),
+        "that is the mean of the per-parameter ratios: take one norm over all parameters as one vector.": sum(per)
+        / len(per),
+        "divide by ‖θ_before‖, the parameters before the step, not after it.": float(
+            delta / parameters_to_vector(after).norm()
+        ),
     }
 
 
@@ -304,25 +331,37 @@ def check_train_step(train_step: Callable) -> None:
                     "Write `x = batch[0] - ...` instead."
                 )
             if got.state.mode != "train":
-                raise ExerciseError(f"after `train_step` the model is in {got.state.mode} mode for {label}.\n"
-                                    f"Hint: {TRAIN_STEP_MISTAKES['eval']}")
+                raise ExerciseError(
+                    f"after `train_step` the model is in {got.state.mode} mode for {label}.\n"
+                    f"Hint: {TRAIN_STEP_MISTAKES['eval']}"
+                )
             differ = _differences(got.state, ref.state)
             if differ:
                 for kind, hint in TRAIN_STEP_MISTAKES.items():
                     if all(not _differences(m.state, w.state) for m, w in zip(mine, wrong[kind])):
-                        raise ExerciseError(f"after {label}, these states differ from the reference: "
-                                            f"{', '.join(differ)}.\nHint: {hint}")
-                hint = ("step through your function with TrainStepInspector(train_step) and compare each line's "
-                        "changes with the state table at the top of the chapter.")
+                        raise ExerciseError(
+                            f"after {label}, these states differ from the reference: {', '.join(differ)}.\nHint: {hint}"
+                        )
+                hint = (
+                    "step through your function with TrainStepInspector(train_step) and compare each line's "
+                    "changes with the state table at the top of the chapter."
+                )
                 if differ == ["RNG state"]:
-                    hint = ("only the RNG state differs: your step drew random numbers the reference does not draw "
-                            "(a second forward pass in train mode, torch.rand..., or a reseed).")
-                raise ExerciseError(f"after {label}, these states differ from the reference: {', '.join(differ)}.\n"
-                                    f"Hint: {hint}")
+                    hint = (
+                        "only the RNG state differs: your step drew random numbers the reference does not draw "
+                        "(a second forward pass in train mode, torch.rand..., or a reseed)."
+                    )
+                raise ExerciseError(
+                    f"after {label}, these states differ from the reference: {', '.join(differ)}.\nHint: {hint}"
+                )
             ref_norm = float(ref.returned[1])
-            _check_numbers(got.returned, ref.returned, label, _ratio_variants(seed, max_norm, i), min(ref_norm, max_norm))
-    passed("train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) "
-           "and reports loss, grad_norm and update_ratio")
+            _check_numbers(
+                got.returned, ref.returned, label, _ratio_variants(seed, max_norm, i), min(ref_norm, max_norm)
+            )
+    passed(
+        "train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) "
+        "and reports loss, grad_norm and update_ratio"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 2: optimizer coverage
@@ -353,9 +392,7 @@ def _coverage_scenarios():
 
     net = torch.nn.Sequential(torch.nn.Linear(2, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 1))
     net[0].requires_grad_(False)  # frozen before, correctly left out
-    opt = torch.optim.SGD(
-        [{"params": net[1].parameters(), "lr": 0.01}, {"params": net[2].parameters()}], lr=0.1
-    )
+    opt = torch.optim.SGD([{"params": net[1].parameters(), "lr": 0.01}, {"params": net[2].parameters()}], lr=0.1)
     yield "two param groups, a frozen layer correctly left out", net, opt
 
     net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
@@ -374,7 +411,9 @@ def _names(result, label: str) -> tuple[list[str], list[str]]:
     out = []
     for part in result:
         if isinstance(part, torch.Tensor) or not isinstance(part, (list, tuple, set)):
-            raise ExerciseError(f"each part of the result should be a list of parameter names; got {type(part).__name__}.")
+            raise ExerciseError(
+                f"each part of the result should be a list of parameter names; got {type(part).__name__}."
+            )
         if any(isinstance(x, torch.Tensor) for x in part):
             raise ExerciseError(
                 "return the parameter *names* (from model.named_parameters()), not the Parameter tensors."
@@ -385,8 +424,10 @@ def _names(result, label: str) -> tuple[list[str], list[str]]:
 
 def _layout(model, optimizer) -> tuple:
     """What optimizer_coverage must leave alone: requires_grad flags and the param groups' members."""
-    return ([(n, p.requires_grad) for n, p in model.named_parameters()],
-            [[id(p) for p in group["params"]] for group in optimizer.param_groups])
+    return (
+        [(n, p.requires_grad) for n, p in model.named_parameters()],
+        [[id(p) for p in group["params"]] for group in optimizer.param_groups],
+    )
 
 
 def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
@@ -402,7 +443,7 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
             with _course_helpers_off(("_optimizer_state",), "find which parameters the optimizer holds"):
                 result = call_learner(optimizer_coverage, (model, optimizer), "optimizer_coverage", label)
         except ExerciseError as error:
-            if "ambiguous" in str(error) or "must match the size" in str(error):
+            if is_kind(error, "ambiguous_bool") or is_kind(error, "size_mismatch"):
                 raise ExerciseError(
                     f"{error}\nHint: `p in some_list` compares tensors by value (element-wise ==). "
                     "Compare identities: build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}`."
@@ -417,27 +458,35 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
         missing, frozen = (sorted(x) for x in _coverage_reference(model, optimizer))
         if (got_missing, got_frozen) == (missing, frozen):
             continue
-        frozen_outside = sorted(
-            n for n, p in model.named_parameters() if not p.requires_grad and n not in frozen
+        frozen_outside = sorted(n for n, p in model.named_parameters() if not p.requires_grad and n not in frozen)
+        head = (
+            f"`optimizer_coverage` is wrong for {label}: got missing={got_missing}, frozen_inside={got_frozen}; "
+            f"expected missing={missing}, frozen_inside={frozen}."
         )
-        head = f"`optimizer_coverage` is wrong for {label}: got missing={got_missing}, frozen_inside={got_frozen}; " \
-               f"expected missing={missing}, frozen_inside={frozen}."
         if (got_frozen, got_missing) == (missing, frozen) and missing != frozen:
             hint = "the two lists are swapped: return (missing, frozen_inside) in that order."
         elif set(got_missing) - set(missing) and set(got_missing) - set(missing) <= set(frozen_outside):
-            hint = ("a frozen parameter outside the optimizer is fine: `missing` lists only trainable "
-                    "(requires_grad=True) parameters that no param group holds.")
+            hint = (
+                "a frozen parameter outside the optimizer is fine: `missing` lists only trainable "
+                "(requires_grad=True) parameters that no param group holds."
+            )
         elif set(got_frozen) - set(frozen) and set(got_frozen) - set(frozen) <= set(frozen_outside):
-            hint = "`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct."
+            hint = (
+                "`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct."
+            )
         elif set(missing) - set(got_missing) and not set(got_missing) - set(missing):
-            hint = ("a parameter was counted as covered because some optimizer parameter has equal *values* "
-                    "(both biases are zeros): compare identities with id(p), not values.")
+            hint = (
+                "a parameter was counted as covered because some optimizer parameter has equal *values* "
+                "(both biases are zeros): compare identities with id(p), not values."
+            )
         elif set(frozen) - set(got_frozen):
             hint = "a parameter with requires_grad=False that is still in a param group is missing from frozen_inside."
         else:
             hint = "go through every param group (optimizer.param_groups[i]['params']), and compare with id(p)."
         raise ExerciseError(f"{head}\nHint: {hint}")
-    passed(f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups, and changes nothing")
+    passed(
+        f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups, and changes nothing"
+    )
 
 
 # --------------------------------------------------------------------------- exercise 3: evaluate
@@ -456,8 +505,10 @@ def _eval_model(seed: int) -> torch.nn.Module:
 
 def _eval_batches(seed: int):
     gen = torch.Generator().manual_seed(50 + seed)
-    return [(torch.randn(n, 4, generator=gen, dtype=torch.float64), torch.randn(n, 2, generator=gen, dtype=torch.float64))
-            for n in (5, 3, 7)]
+    return [
+        (torch.randn(n, 4, generator=gen, dtype=torch.float64), torch.randn(n, 2, generator=gen, dtype=torch.float64))
+        for n in (5, 3, 7)
+    ]
 
 
 class _RecordingLoss:
@@ -528,9 +579,13 @@ def check_evaluate(evaluate: Callable) -> None:
                 "output afterwards does not undo the graph the forward pass recorded."
             )
         if any(not (torch.equal(x, kx) and torch.equal(y, ky)) for (x, y), (kx, ky) in zip(batches, kept)):
-            raise ExerciseError(f"`evaluate` changed the caller's batches for {label}: compute on them, never in place.")
+            raise ExerciseError(
+                f"`evaluate` changed the caller's batches for {label}: compute on them, never in place."
+            )
         bn = model[1]
-        if not torch.equal(bn.running_mean, state["1.running_mean"]) or int(bn.num_batches_tracked) != int(state["1.num_batches_tracked"]):
+        if not torch.equal(bn.running_mean, state["1.running_mean"]) or int(bn.num_batches_tracked) != int(
+            state["1.num_batches_tracked"]
+        ):
             raise ExerciseError(
                 f"`evaluate` changed BatchNorm's running statistics for {label}: call model.eval() before the loop "
                 "(no_grad() does not stop BatchNorm from updating them in train mode)."
@@ -538,29 +593,45 @@ def check_evaluate(evaluate: Callable) -> None:
         now = [m.training for m in model.modules()]
         if now != modes:
             if how == "mixed" and all(now):
-                hint = ("`model.train(...)` sets every submodule to the same mode, so the BatchNorm kept in eval mode "
-                        "came back in train mode. Remember each module's `training` flag "
-                        "(e.g. `{m: m.training for m in model.modules()}`) and restore each one.")
+                hint = (
+                    "`model.train(...)` sets every submodule to the same mode, so the BatchNorm kept in eval mode "
+                    "came back in train mode. Remember each module's `training` flag "
+                    "(e.g. `{m: m.training for m in model.modules()}`) and restore each one."
+                )
             else:
                 came = {"train": "train", "eval": "eval", "mixed": "mixed (BatchNorm in eval)"}[how]
-                hint = (f"it came in {came} mode and leaves in {module_mode(model)} mode: remember "
-                        "each module's `training` flag when `evaluate` starts and restore it at the end.")
-            raise ExerciseError(f"`evaluate` did not leave every module in the mode it came in for {label}.\nHint: {hint}")
+                hint = (
+                    f"it came in {came} mode and leaves in {module_mode(model)} mode: remember "
+                    "each module's `training` flag when `evaluate` starts and restore it at the end."
+                )
+            raise ExerciseError(
+                f"`evaluate` did not leave every module in the mode it came in for {label}.\nHint: {hint}"
+            )
         if isinstance(got, torch.Tensor):
-            raise ExerciseError("`evaluate` should return a Python float: use `.item()` on the loss (inside no_grad it is cheap).")
+            raise ExerciseError(
+                "`evaluate` should return a Python float: use `.item()` on the loss (inside no_grad it is cheap)."
+            )
         if not isinstance(got, (float, int)) or isinstance(got, bool):
             raise ExerciseError(f"`evaluate` should return a Python float, got {type(got).__name__}.")
         expected = _evaluate_reference(model, batches, torch.nn.functional.mse_loss)
         outputs = [_eval_out(model, x) for x, _ in batches]
-        mean_of_means = sum(torch.nn.functional.mse_loss(o, y).item() for o, (_, y) in zip(outputs, batches)) / len(batches)
+        mean_of_means = sum(torch.nn.functional.mse_loss(o, y).item() for o, (_, y) in zip(outputs, batches)) / len(
+            batches
+        )
         if abs(got - expected) > 1e-9 * abs(expected):
-            hint = "average over samples: weight each batch's mean loss by its size and divide by the number of samples."
+            hint = (
+                "average over samples: weight each batch's mean loss by its size and divide by the number of samples."
+            )
             if abs(got - mean_of_means) <= 1e-9 * abs(mean_of_means):
-                hint = ("that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. "
-                        "Weight each batch's loss by its size and divide by the number of samples.")
+                hint = (
+                    "that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. "
+                    "Weight each batch's loss by its size and divide by the number of samples."
+                )
             raise ExerciseError(f"`evaluate` returned {got:.6g}, expected {expected:.6g} for {label}.\nHint: {hint}")
-    passed("evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) "
-           f"in {len(EVAL_SETUPS)} set-ups")
+    passed(
+        "evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) "
+        f"in {len(EVAL_SETUPS)} set-ups"
+    )
 
 
 def _eval_out(model, x):
@@ -578,7 +649,9 @@ def _eval_out(model, x):
 
 def _resume_objects(seed: int):
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)).double()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)
+    ).double()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     return model, optimizer, scheduler
@@ -597,10 +670,14 @@ def _resume_train(model, optimizer, scheduler, steps: range) -> None:
 
 
 def _save_reference(model, optimizer, scheduler) -> dict:
-    return copy.deepcopy({
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
-    })
+    return copy.deepcopy(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
+    )
 
 
 def _load_reference(state, model, optimizer, scheduler) -> None:
@@ -614,8 +691,12 @@ def _load_reference(state, model, optimizer, scheduler) -> None:
 
 
 def _optimizer_tensors(optimizer) -> list[torch.Tensor]:
-    return [v.detach().clone() for s in optimizer.state_dict()["state"].values() for v in s.values()
-            if isinstance(v, torch.Tensor)]
+    return [
+        v.detach().clone()
+        for s in optimizer.state_dict()["state"].values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor)
+    ]
 
 
 _RESUME_HELPERS = ("_save_parts", "_load_parts", "resume_experiment")
@@ -645,29 +726,49 @@ def _resume(state, load_state, seed: int, label: str, at_save: dict, again: bool
 
     params = _flat_params(fresh)
     if torch.equal(params, at_save["end"]):
-        fail("model weights", (
-            f"after load_state ({label}) the model holds the weights from the END of the run, not from the checkpoint: "
-            "state_dict() returns references to the live tensors, which kept changing. "
-            "Copy them when saving (copy.deepcopy(...), or torch.save to a file/buffer)."))
+        fail(
+            "model weights",
+            (
+                f"after load_state ({label}) the model holds the weights from the END of the run, not from the checkpoint: "
+                "state_dict() returns references to the live tensors, which kept changing. "
+                "Copy them when saving (copy.deepcopy(...), or torch.save to a file/buffer)."
+            ),
+        )
     if not torch.equal(params, at_save["params"]):
-        fail("model weights", f"after load_state ({label}) the model's weights differ from the checkpoint: "
-                              "load model.state_dict().")
+        fail(
+            "model weights",
+            f"after load_state ({label}) the model's weights differ from the checkpoint: load model.state_dict().",
+        )
     first = next(fresh.parameters())
     if first not in fresh_opt.state or not torch.equal(fresh_opt.state[first]["step"], at_save["step"]):
-        fail("optimizer state", (
-            f"the optimizer state was not restored ({label}): AdamW's step count and moment estimates start from zero. "
-            "Save optimizer.state_dict() and load it into the new optimizer."))
+        fail(
+            "optimizer state",
+            (
+                f"the optimizer state was not restored ({label}): AdamW's step count and moment estimates start from zero. "
+                "Save optimizer.state_dict() and load it into the new optimizer."
+            ),
+        )
     if not all(torch.equal(a, b) for a, b in zip(_optimizer_tensors(fresh_opt), at_save["optimizer"])):
-        fail("optimizer state", f"the optimizer state after load_state ({label}) differs from the one at the checkpoint.")
+        fail(
+            "optimizer state", f"the optimizer state after load_state ({label}) differs from the one at the checkpoint."
+        )
     if fresh_sched.get_last_lr()[0] != at_save["lr"]:
-        fail("learning-rate schedule", (
-            f"the learning-rate schedule was not restored ({label}): lr is {fresh_sched.get_last_lr()[0]:g}, "
-            f"it was {at_save['lr']:g} at the checkpoint. Save and load scheduler.state_dict()."))
+        fail(
+            "learning-rate schedule",
+            (
+                f"the learning-rate schedule was not restored ({label}): lr is {fresh_sched.get_last_lr()[0]:g}, "
+                f"it was {at_save['lr']:g} at the checkpoint. Save and load scheduler.state_dict()."
+            ),
+        )
     if not torch.equal(torch.get_rng_state(), at_save["rng"]):
-        fail("RNG state", (
-            f"the RNG state was not restored ({label}), so Dropout draws different masks after resuming: "
-            "save torch.get_rng_state() and restore it with torch.set_rng_state(...) (a seed restarts the "
-            "sequence from its beginning, not from where the run stopped)."))
+        fail(
+            "RNG state",
+            (
+                f"the RNG state was not restored ({label}), so Dropout draws different masks after resuming: "
+                "save torch.get_rng_state() and restore it with torch.set_rng_state(...) (a seed restarts the "
+                "sequence from its beginning, not from where the run stopped)."
+            ),
+        )
     _resume_train(fresh, fresh_opt, fresh_sched, range(3, 6))
     return _flat_params(fresh)
 
@@ -690,8 +791,11 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
         model, optimizer, scheduler = _resume_objects(0)
         _resume_train(model, optimizer, scheduler, range(3))
         at_save = {
-            "params": _flat_params(model).clone(), "rng": torch.get_rng_state(), "lr": scheduler.get_last_lr()[0],
-            "step": optimizer.state[next(model.parameters())]["step"].clone(), "optimizer": _optimizer_tensors(optimizer),
+            "params": _flat_params(model).clone(),
+            "rng": torch.get_rng_state(),
+            "lr": scheduler.get_last_lr()[0],
+            "step": optimizer.state[next(model.parameters())]["step"].clone(),
+            "optimizer": _optimizer_tensors(optimizer),
         }
         with _course_helpers_off(_RESUME_HELPERS, "write the checkpoint code"):
             state = call_learner(save_state, (model, optimizer, scheduler), "save_state", label)
@@ -703,8 +807,10 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
         _resume_train(model, optimizer, scheduler, range(3, 6))  # the saved run goes on training
         at_save["end"] = _flat_params(model)
         if not torch.equal(at_save["end"], expected):
-            raise ExerciseError("`save_state` changed the run it saved: after it, training did not continue as it "
-                                "would have without a checkpoint. Saving must only read the state.")
+            raise ExerciseError(
+                "`save_state` changed the run it saved: after it, training did not continue as it "
+                "would have without a checkpoint. Saving must only read the state."
+            )
 
         first = _resume(state, load_state, 1, "first resume", at_save)
         if not torch.equal(first, expected):

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
-import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# torch's own frames (e.g. inside torch.autograd.grad) are never the learner's line.
-_LIBRARY_DIRS = (os.path.dirname(os.path.abspath(torch.__file__)),)
+from autogradlab import torch_internals as internals
+from autogradlab.tracebacks import is_kind, learner_frame
 
 
 class ExerciseError(Exception):
@@ -77,15 +75,9 @@ def passed(message: str) -> None:
 
 
 def _learner_line(exc: BaseException) -> str:
-    """The last line of the learner's code (outside this package and installed libraries) in the traceback."""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith(_PACKAGE_DIR) and not f.filename.startswith(_LIBRARY_DIRS)
-    ]
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f"\n  in your code: {last.line}  (line {last.lineno})" if last.line else ""
+    """The last line of the learner's code (outside this package, torch, Python and installed libraries)."""
+    last = learner_frame(exc)
+    return f"\n  in your code: {last.line}  (line {last.lineno})" if last is not None and last.line else ""
 
 
 class _AutogradUsed(RuntimeError):
@@ -100,14 +92,17 @@ def _autograd_entry_points() -> tuple:
     ``torch.autograd.functional`` would silently return zeros under inference mode.
     """
     import torch.autograd.functional as functional
-    from torch._functorch import eager_transforms
 
+    transforms, (grad_nesting, jvp_nesting) = internals.functorch_transform_entry_points()
     return (
         (torch.autograd, "backward", "`backward()`"),
         (torch.autograd, "grad", "`torch.autograd.grad`"),
-        (eager_transforms, "grad_increment_nesting", "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
-        (eager_transforms, "jvp_increment_nesting", "a `torch.func` forward-mode transform (jvp, jacfwd)"),
-        *((functional, f, f"`torch.autograd.functional.{f}`") for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")),
+        (transforms, grad_nesting, "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
+        (transforms, jvp_nesting, "a `torch.func` forward-mode transform (jvp, jacfwd)"),
+        *(
+            (functional, f, f"`torch.autograd.functional.{f}`")
+            for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")
+        ),
     )
 
 
@@ -180,7 +175,7 @@ def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_auto
                 try:
                     result = fn(*args)
                 except RuntimeError as exc:  # autograd reached through a name imported earlier
-                    if "does not require grad" in str(exc):
+                    if is_kind(exc, "no_graph"):
                         raise _AutogradUsed("autograd (a graph cannot be recorded here)") from exc
                     raise
             result = _out_of_inference(result)
@@ -195,9 +190,7 @@ def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_auto
         hint = _autograd_hint(exc)
         if hint:
             raise ExerciseError(f"`{name}` used autograd for {label}.\nHint: {hint}{_learner_line(exc)}") from None
-        raise ExerciseError(
-            f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}"
-        ) from None
+        raise ExerciseError(f"`{name}` raised {type(exc).__name__} for {label}: {exc}{_learner_line(exc)}") from None
     finally:
         changed = [what for what, value in _global_state().items() if before[what] != value]
         _restore_global_state(before)
@@ -322,9 +315,7 @@ def compare(
         rtol, atol = tolerance(expected.dtype)
         # A known wrong formula often has its own wrong shape (a sum over the wrong dim).
         hint = _matching_mistake(got.detach(), mistakes or {}, rtol, atol) or shape_hint(got, expected, context)
-        raise ExerciseError(
-            f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\nHint: {hint}"
-        )
+        raise ExerciseError(f"{head}\nShape: got {tuple(got.shape)}, expected {tuple(expected.shape)}.\nHint: {hint}")
     if check_dtype and got.dtype != expected.dtype:
         raise ExerciseError(
             f"{head}\nDtype: got {got.dtype}, expected {expected.dtype}. "

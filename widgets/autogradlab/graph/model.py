@@ -6,9 +6,9 @@ never keeps the activations of the forward pass alive.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator
 
 import torch
 
@@ -55,7 +55,9 @@ class Saved:
     note: str = ""
 
     def __repr__(self) -> str:
-        return f"Saved({self.name!r}, {format_shape(self.shape)}, {dtype_name(self.dtype)}, {self.nbytes} B, {self.state})"
+        return (
+            f"Saved({self.name!r}, {format_shape(self.shape)}, {dtype_name(self.dtype)}, {self.nbytes} B, {self.state})"
+        )
 
     @property
     def label(self) -> str:
@@ -151,9 +153,11 @@ class Graph:
 
     def __repr__(self) -> str:
         counts = {k: sum(n.kind == k for n in self.nodes) for k in KINDS}
-        parts = [f"{counts['output']} output{'s' * (counts['output'] != 1)}",
-                 f"{counts['op']} op{'s' * (counts['op'] != 1)}",
-                 f"{counts['leaf']} lea{'ves' if counts['leaf'] != 1 else 'f'}"]
+        parts = [
+            f"{counts['output']} output{'s' * (counts['output'] != 1)}",
+            f"{counts['op']} op{'s' * (counts['op'] != 1)}",
+            f"{counts['leaf']} lea{'ves' if counts['leaf'] != 1 else 'f'}",
+        ]
         saved = list(self.saved_tensors())
         text = f"Graph({len(self.nodes)} nodes: {', '.join(parts)}; {len(saved)} saved tensor{'s' * (len(saved) != 1)}"
         if saved:
@@ -227,8 +231,9 @@ class Graph:
         >>> [(s.name, s.note) for _, s in g.uncounted()]
         [('mat1', 'sparse COO tensor: no single storage (its indices and values take 60 B); not in the memory totals')]
         """
-        return [(n, s) for n, s in self.saved_tensors()
-                if s.state != "freed" and s.storage is None and s.shape is not None]
+        return [
+            (n, s) for n, s in self.saved_tensors() if s.state != "freed" and s.storage is None and s.shape is not None
+        ]
 
     def saved_bytes(self, include_leaves: bool = True) -> int:
         """Memory held by saved tensors, each storage counted once.

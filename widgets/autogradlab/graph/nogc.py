@@ -12,8 +12,8 @@ built here forms reference cycles, so reference counting frees it all anyway.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

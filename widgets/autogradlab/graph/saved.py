@@ -1,11 +1,11 @@
 """Read the tensors a backward node saved, and tell whether each is ok, stale or freed.
 
-PyTorch exposes them as ``grad_fn._raw_saved_<name>`` (a ``SavedTensor``; a list of
-them for ops like indexing) and, for a custom ``autograd.Function``, as
-``grad_fn._raw_saved_tensors``. ``SavedTensor.unpack()`` is what backward itself
-calls: it raises when the tensor was freed by backward or changed in place since
-it was saved, and its message carries both versions. ``SavedTensor.data`` reads the
-tensor without that check, which gives us its shape and storage either way.
+PyTorch keeps them as ``SavedTensor`` objects (a list of them for ops like indexing),
+reached through :mod:`autogradlab.torch_internals` (the one module that reads private
+torch attributes). Unpacking one is what backward itself does: it raises when the
+tensor was freed by backward or changed in place since it was saved, and its message
+carries both versions. Its ``data`` is the tensor without that check, which gives us
+its shape and storage either way.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from typing import Any
 
 import torch
 
-_RAW = "_raw_saved_"
-_VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
-_FREED_TEXT = "backward through the graph a second time"
-_raw_names_by_type: dict[type, tuple[tuple[str, ...], bool]] = {}
+from autogradlab import torch_internals as internals
+from autogradlab.tracebacks import is_kind, stale_versions
 
 
 @dataclass
@@ -35,17 +33,6 @@ class RawSaved:
     note: str = ""
 
 
-def _raw_names(fn: Any) -> tuple[tuple[str, ...], bool]:
-    """The saved-attribute names of ``fn``'s type, and whether it is a custom autograd.Function."""
-    # Every node of one op type has the same saved attributes, and dir() is slow: cache it per type.
-    kind = type(fn)
-    found = _raw_names_by_type.get(kind)
-    if found is None:
-        names = tuple(a[len(_RAW):] for a in dir(fn) if a.startswith(_RAW) and a != "_raw_saved_tensors")
-        found = _raw_names_by_type[kind] = (names, isinstance(fn, torch.autograd.function.BackwardCFunction))
-    return found
-
-
 def inplace_op_name(grad_fn_name: str) -> str:
     """The in-place call that leaves this backward node behind: ``'AddBackward0'`` -> ``'add_'``."""
     match = re.fullmatch(r"(.+?)Backward\d*", grad_fn_name)
@@ -58,25 +45,24 @@ def inplace_op_name(grad_fn_name: str) -> str:
 
 
 def _one(name: str, saved: Any, fn: Any = None) -> RawSaved | None:
-    if saved.unpack_hook is not None:
+    if internals.saved_unpack_hook(saved) is not None:
         # A saved_tensors_hooks pack hook decided what is stored; unpacking would run the
         # learner's unpack hook (side effects), and PyTorch skips the version check anyway.
-        data = saved.data
+        data = internals.saved_data(saved)
         tensor = data if isinstance(data, torch.Tensor) else None
         return RawSaved(name, tensor, "ok", note="packed by a saved_tensors_hooks pack hook")
     try:
         # Reading the attribute unpacks the way backward does (and knows which node saved an output);
         # list entries are unpacked one by one so one stale entry does not hide the others.
-        unpacked = getattr(fn, "_saved_" + name) if fn is not None else saved.unpack()
+        unpacked = internals.unpack_saved(fn, name) if fn is not None else internals.unpack_raw(saved)
     except RuntimeError as exc:
-        text = str(exc)
-        if _FREED_TEXT in text:
+        if is_kind(exc, "freed"):
             return RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)")
-        versions = _VERSIONS.search(text)
+        versions = stale_versions(exc)
         if versions is None:
             raise
-        data = saved.data  # the tensor as it is now, without the version check
-        now, then = int(versions.group(1)), int(versions.group(2))
+        data = internals.saved_data(saved)  # the tensor as it is now, without the version check
+        now, then = versions
         op = None
         if isinstance(data, torch.Tensor) and data.grad_fn is not None:
             op = inplace_op_name(data.grad_fn.name().removeprefix("torch::autograd::"))
@@ -90,15 +76,22 @@ def _one(name: str, saved: Any, fn: Any = None) -> RawSaved | None:
 
 def saved_of(fn: Any) -> list[RawSaved]:
     """The saved tensors of one backward node ``fn``, in attribute order."""
-    names, custom = _raw_names(fn)
     result: list[RawSaved] = []
-    for name in names:
-        raw = getattr(fn, _RAW + name)
+    for name in internals.saved_names(fn):
+        try:
+            raw = internals.raw_saved(fn, name)
+        except RuntimeError as exc:  # a list of saved tensors (indexing's indices) is gone once freed
+            if not is_kind(exc, "freed"):
+                raise
+            result.append(
+                RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)")
+            )
+            continue
         if isinstance(raw, (list, tuple)):
             result.extend(r for i, item in enumerate(raw) if (r := _one(f"{name}[{i}]", item)) is not None)
         elif (r := _one(name, raw, fn)) is not None:
             result.append(r)
-    if custom:
+    if isinstance(fn, torch.autograd.function.BackwardCFunction):
         result.extend(_custom_saved(fn))
     return result
 
@@ -107,9 +100,9 @@ def _custom_saved(fn: Any) -> list[RawSaved]:
     """What a custom ``autograd.Function`` kept: ``ctx.save_for_backward`` tensors and tensors set on ctx."""
     result: list[RawSaved] = []
     try:
-        raw = fn._raw_saved_tensors
+        raw = internals.custom_raw_saved(fn)
     except RuntimeError as exc:
-        if _FREED_TEXT not in str(exc):
+        if not is_kind(exc, "freed"):
             raise
         # After backward PyTorch no longer says how many there were.
         result.append(RawSaved("saved_tensors", None, "freed", note="freed by backward (all that it saved)"))
@@ -118,8 +111,15 @@ def _custom_saved(fn: Any) -> list[RawSaved]:
     for key, value in sorted(vars(fn).items()):
         if isinstance(value, torch.Tensor):
             # ctx.x = tensor bypasses save_for_backward: never freed, never version-checked.
-            result.append(RawSaved(f"ctx.{key}", value, "ok", note="stored on ctx directly: not freed by backward, "
-                                   "not checked for in-place changes (use ctx.save_for_backward)"))
+            result.append(
+                RawSaved(
+                    f"ctx.{key}",
+                    value,
+                    "ok",
+                    note="stored on ctx directly: not freed by backward, "
+                    "not checked for in-place changes (use ctx.save_for_backward)",
+                )
+            )
     return result
 
 
@@ -127,24 +127,23 @@ def _custom_items(fn: Any, raw: Any) -> list[RawSaved]:
     # ctx.saved_tensors unpacks them all the way backward will; only if that fails do we look
     # item by item (SavedTensor.unpack() cannot unpack a saved output without its node).
     try:
-        fn.saved_tensors
+        _ = fn.saved_tensors  # raises as backward would when one is stale
         problem = None
     except RuntimeError as exc:
-        problem = _VERSIONS.search(str(exc))
+        problem = stale_versions(exc)
         if problem is None:
             raise
     items = []
     for i, item in enumerate(raw):
-        data = item.data
+        data = internals.saved_data(item)
         name = f"saved_tensors[{i}]"
         if data is None:
             continue
-        if item.unpack_hook is not None or not isinstance(data, torch.Tensor):
+        if internals.saved_unpack_hook(item) is not None or not isinstance(data, torch.Tensor):
             items.append(_one(name, item))
             continue
-        now = int(problem.group(1)) if problem else None
-        if problem and data._version == now:
-            then = int(problem.group(2))
+        now, then = problem or (None, None)
+        if problem and internals.version(data) == now:
             note = f"STALE: changed in place after it was saved (version {then} → {now}); backward will raise"
             items.append(RawSaved(name, data, "stale", then, now, None, note))
         else:

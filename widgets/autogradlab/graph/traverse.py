@@ -9,10 +9,12 @@ program always gives the same ids, unlike ``id()``.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 
+from autogradlab import torch_internals as internals
 from autogradlab.graph.model import Edge, Graph, Node, Saved, format_shape
 from autogradlab.graph.nogc import paused_gc
 from autogradlab.graph.saved import saved_of
@@ -112,7 +114,7 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
                 consumers[index[child]] += 1
     for t in outputs:
         consumers[index[t.grad_fn]] += 1
-    seq = [fn._sequence_nr() for fn in found]
+    seq = [internals.sequence_nr(fn) for fn in found]
     ready: list[tuple[int, int]] = []
     for t in outputs:
         root = index[t.grad_fn]
@@ -131,9 +133,7 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
                     heapq.heappush(ready, (-seq[c], c))
     position = {old: new for new, old in enumerate(order)}
     fns = [found[i] for i in order]
-    children = [
-        [(None if child is None else position[index[child]], nr) for child, nr in next_of[i]] for i in order
-    ]
+    children = [[(None if child is None else position[index[child]], nr) for child, nr in next_of[i]] for i in order]
     roots = [position[index[t.grad_fn]] for t in outputs]
     return fns, children, roots
 
@@ -168,16 +168,28 @@ def storage_of(tensor: torch.Tensor) -> tuple[int | None, int, str]:
             t = getattr(tensor, part)()
             nbytes += t.numel() * t.element_size()
         kind = str(layout).removeprefix("torch.sparse_").upper()
-        return None, nbytes, (f"sparse {kind} tensor: no single storage (its indices and values take "
-                              f"{format_bytes(nbytes)}); not in the memory totals")
+        return (
+            None,
+            nbytes,
+            (
+                f"sparse {kind} tensor: no single storage (its indices and values take "
+                f"{format_bytes(nbytes)}); not in the memory totals"
+            ),
+        )
     if tensor.is_meta:
         would = format_bytes(tensor.numel() * tensor.element_size())
-        return None, 0, f"meta tensor: shape and dtype only, no memory ({would} on a real device); not in the memory totals"
+        return (
+            None,
+            0,
+            f"meta tensor: shape and dtype only, no memory ({would} on a real device); not in the memory totals",
+        )
     try:
         storage = tensor.untyped_storage()
         return storage.data_ptr(), storage.nbytes(), ""
     except (RuntimeError, NotImplementedError, TypeError):  # nested (jagged) tensors, other subclasses
-        kind = "nested tensor" if tensor.is_nested else f"{type(tensor).__name__} ({str(layout).removeprefix('torch.')})"
+        kind = (
+            "nested tensor" if tensor.is_nested else f"{type(tensor).__name__} ({str(layout).removeprefix('torch.')})"
+        )
         return None, 0, f"{kind}: its storage cannot be read, so its memory is not in the memory totals"
 
 
@@ -252,7 +264,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
         nodes.append(Node(k, label, "output", tuple(t.shape), t.dtype, output_shapes=[tuple(t.shape)]))
     output_shapes: list[list[tuple]] = []
     for i, fn in enumerate(fns):
-        meta = fn._input_metadata
+        meta = internals.input_metadata(fn)
         shapes = [tuple(m.shape) for m in meta]
         output_shapes.append(shapes)
         name = node_name(fn)
@@ -278,7 +290,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
 
     # Forward order: rank of the sequence number among ops (leaves have none).
     ops = [i for i in range(len(fns)) if i not in leaf_vars]
-    for rank, i in enumerate(sorted(ops, key=lambda i: fns[i]._sequence_nr())):
+    for rank, i in enumerate(sorted(ops, key=lambda i: internals.sequence_nr(fns[i]))):
         nodes[n_out + i].forward_index = rank
     return Graph(nodes, edges)
 
@@ -286,13 +298,30 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
 def _to_saved(raw, storages: _Storages) -> Saved:
     tensor = raw.tensor
     if tensor is None:
-        return Saved(raw.name, None, None, 0, raw.state, note=raw.note,
-                     version_saved=raw.version_saved, version_now=raw.version_now, modified_by=raw.modified_by)
+        return Saved(
+            raw.name,
+            None,
+            None,
+            0,
+            raw.state,
+            note=raw.note,
+            version_saved=raw.version_saved,
+            version_now=raw.version_now,
+            modified_by=raw.modified_by,
+        )
     number, storage_nbytes, leaf_name, nbytes, storage_note = storages.describe(tensor)
     note = "; ".join(n for n in (raw.note, storage_note) if n)
     return Saved(
-        raw.name, tuple(tensor.shape), tensor.dtype, nbytes, raw.state,
-        storage=number, storage_nbytes=storage_nbytes, leaf_name=leaf_name,
-        version_saved=raw.version_saved if raw.version_saved is not None else tensor._version,
-        version_now=tensor._version, modified_by=raw.modified_by, note=note,
+        raw.name,
+        tuple(tensor.shape),
+        tensor.dtype,
+        nbytes,
+        raw.state,
+        storage=number,
+        storage_nbytes=storage_nbytes,
+        leaf_name=leaf_name,
+        version_saved=raw.version_saved if raw.version_saved is not None else internals.version(tensor),
+        version_now=internals.version(tensor),
+        modified_by=raw.modified_by,
+        note=note,
     )

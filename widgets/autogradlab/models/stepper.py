@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ast
 import inspect
-import os
 import textwrap
-import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
+
+from autogradlab.tracebacks import learner_frame
 
 _RETURN = "__stepper_return__"
 
@@ -53,7 +54,9 @@ def function_lines(fn: Callable) -> tuple[list[Line], list[ast.stmt], str]:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
-        raise ValueError(f"cannot read the source of {fn.__name__}: define it with `def` in a cell or a file ({exc})") from None
+        raise ValueError(
+            f"cannot read the source of {fn.__name__}: define it with `def` in a cell or a file ({exc})"
+        ) from None
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -67,8 +70,7 @@ def function_lines(fn: Callable) -> tuple[list[Line], list[ast.stmt], str]:
             body = body[1:]
     first = defs[0].lineno
     lines = [
-        Line(i, ast.get_source_segment(source, stmt) or "", stmt.lineno - first + 1)
-        for i, stmt in enumerate(body)
+        Line(i, ast.get_source_segment(source, stmt) or "", stmt.lineno - first + 1) for i, stmt in enumerate(body)
     ]
     return lines, body, fn.__name__
 
@@ -144,18 +146,13 @@ class Stepper:
         return results
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _is_library(filename: str) -> bool:
-    return filename.startswith(_PACKAGE_DIR) or any(part in filename for part in (f"{os.sep}torch{os.sep}", "site-packages", f"{os.sep}lib{os.sep}python"))
-
-
 def _explain(exc: BaseException, line: Line, name: str) -> str:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     # The deepest frame in the learner's own helpers (not torch's internals) says most.
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library(f.filename)]
+    last = learner_frame(exc)
     where = ""
-    if frames and frames[-1].filename != f"<{name}>" and frames[-1].line:
-        where = f" (inside the call, at: {frames[-1].line.strip()})"
-    return f"line {line.lineno} of {name}, `{line.source.splitlines()[0]}`, raised {type(exc).__name__}: {message}{where}"
+    if last is not None and last.filename != f"<{name}>" and last.line:
+        where = f" (inside the call, at: {last.line.strip()})"
+    return (
+        f"line {line.lineno} of {name}, `{line.source.splitlines()[0]}`, raised {type(exc).__name__}: {message}{where}"
+    )

@@ -24,7 +24,8 @@ for what each misses). Observing changes nothing: the doctor never calls
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,8 +43,15 @@ from autogradlab.models.doctor.observe import Observer, graph_leaves
 from autogradlab.models.doctor.rules import run_rules
 
 __all__ = [
-    "diagnose", "Report", "Finding", "Code", "CODES", "code_table", "graph_leaves",
-    "UPDATE_RATIO_HIGH", "UPDATE_RATIO_LOW",
+    "diagnose",
+    "Report",
+    "Finding",
+    "Code",
+    "CODES",
+    "code_table",
+    "graph_leaves",
+    "UPDATE_RATIO_HIGH",
+    "UPDATE_RATIO_LOW",
 ]
 
 
@@ -51,9 +59,7 @@ def _as_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
     optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
     for opt in optimizers:
         if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(
-                f"optimizer must be a torch.optim.Optimizer (or a list of them), got {type(opt).__name__}"
-            )
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer (or a list of them), got {type(opt).__name__}")
     if not optimizers:
         raise ValueError("optimizer is an empty list: pass the optimizer your step uses")
     return optimizers

@@ -15,15 +15,19 @@ from dataclasses import dataclass, field
 
 SEVERITIES = ("error", "warning", "info")
 
-# Thresholds for ‖Δθ‖/‖θ‖ of a weight matrix over one optimizer.step(). Large models
-# move weights by about 1e-3 of their size per step; small models with few outputs go
-# up to ~0.1 in healthy runs (measured: SGD lr 0.1 on a 10-32-2 MLP peaks at 0.09).
-# Outside [UPDATE_RATIO_LOW, UPDATE_RATIO_HIGH] a run either rewrites its weights
-# every step or barely moves them.
+# Thresholds for ‖Δθ‖/‖θ‖ of a weight matrix over one optimizer.step(). CS231n's notes
+# ("Neural Networks Part 3", section "Ratio of weights:updates") give "somewhere around
+# 1e-3" as a rough heuristic; the small models of this course run healthy at 1e-2 to
+# 1e-1 (chapter 09 measures its MLP: median 0.026 at lr 0.5). The band is wide on
+# purpose: outside [UPDATE_RATIO_LOW, UPDATE_RATIO_HIGH] a run either rewrites its
+# weights every step or barely moves them.
 UPDATE_RATIO_HIGH = 0.3
 UPDATE_RATIO_LOW = 1e-5
 # Ratios of tiny weights (a 3-input regression) swing widely in healthy runs: skip them.
 UPDATE_RATIO_MIN_NUMEL = 16
+# An update counts as undone when a write after optimizer.step() leaves less than this
+# fraction of the step's change (‖θ_end − θ_before‖ ≤ UNDONE_FRACTION · ‖θ_after − θ_before‖).
+UNDONE_FRACTION = 0.01
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,9 @@ CODES: dict[str, Code] = {
         "found in the loss graph) is in no optimizer param group, so it never changes",
         "register it (an nn.Parameter attribute, nn.ParameterList/ParameterDict instead of a Python list/dict) "
         "and build the optimizer from model.parameters() after the model is final",
-        "leaves reached only through graphs other than the returned loss; a plain tensor that requires grad "
-        "on purpose (an input you optimize) is reported as a warning",
+        "leaves of graphs that are neither backpropagated (backward()/scaler.scale(loss).backward()) nor returned "
+        "(e.g. only torch.autograd.grad); a tensor outside the model that requires grad on purpose (an input you "
+        "optimize) is reported as a warning",
     ),
     "frozen-param-in-optimizer": Code(
         "warning",
@@ -105,10 +110,20 @@ CODES: dict[str, Code] = {
         "and that the optimizer holds this model's parameters",
         "a step that only steps every K calls needs at least K batches to be observed",
     ),
+    "update-undone": Code(
+        "error",
+        "optimizer.step() changed a parameter, but a write after the step (a clamp with a wrong bound, a reset, "
+        "a reload of old weights) put it back to its value from before the step, in most observed steps",
+        "compare the parameter right after optimizer.step() (optimizer.register_step_post_hook) with its value at "
+        "the end of your step, then read the write in between: is its bound or value what you meant?",
+        "an update undone only in part (a bound that still lets some values move) is not reported; single-number "
+        "parameters are not checked (one pinned at a bound is often deliberate, e.g. a clamped temperature); a "
+        "deliberate rollback of a bad step is reported too; needs at least two optimizer steps",
+    ),
     "update-ratio-high": Code(
         "warning",
         f"a weight moved by more than {UPDATE_RATIO_HIGH:g} of its norm in one step "
-        "(‖Δθ‖/‖θ‖; healthy steps are around 1e-3, small models up to ~0.1)",
+        "(‖Δθ‖/‖θ‖; CS231n's rough heuristic is 1e-3, small models run healthy up to ~0.1)",
         "lower the learning rate, add warm-up or gradient clipping",
         f"only weights with two or more dims and at least {UPDATE_RATIO_MIN_NUMEL} elements are checked "
         "(biases and norms start near 0, so their ratio is meaningless); a single legitimate spike is reported too",
@@ -118,8 +133,7 @@ CODES: dict[str, Code] = {
         f"a weight moved by less than {UPDATE_RATIO_LOW:g} of its norm per step (median over the steps "
         "with a nonzero gradient)",
         "raise the learning rate, check the lr schedule and any scaling of the loss",
-        "only weights with two or more dims and enough elements are checked; a model at convergence also "
-        "moves little",
+        "only weights with two or more dims and enough elements are checked; a model at convergence also moves little",
     ),
     "amp-step-skipped": Code(
         "warning",
@@ -130,11 +144,13 @@ CODES: dict[str, Code] = {
     ),
     "clip-before-unscale": Code(
         "error",
-        "gradients were clipped while still multiplied by the GradScaler's scale, so the clip threshold "
-        "is effectively divided by the scale",
+        "gradients were clipped while still multiplied by the GradScaler's scale S, so the clip threshold "
+        "acts as max_norm / S: SGD's update shrinks by up to S; Adam's mostly cancels and shrinks through eps, "
+        "more in larger models (the message says which optimizer it saw, and by how much)",
         "call scaler.unscale_(optimizer) before clip_grad_norm_/clip_grad_value_, then scaler.step(optimizer)",
         "only clipping through torch.nn.utils.clip_grad_norm_/clip_grad_value_ looked up at call time "
-        "(not an alias imported earlier with `from ... import`) is observed",
+        "(not an alias imported earlier with `from ... import`) is observed; for Adam-like optimizers the size "
+        "of the damage is estimated for a first Adam step on the gradients seen, not measured over training",
     ),
 }
 

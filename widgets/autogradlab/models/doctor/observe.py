@@ -7,7 +7,9 @@
   and was an old gradient from before an ``optimizer.step()`` still in ``.grad``),
 - step pre/post hooks on each optimizer (values, versions and gradients around the update),
 - wrappers around ``torch.nn.utils.clip_grad_*`` (clipping while the scaler's gradients
-  are still scaled) and around the GradScaler's ``step`` (skipped steps).
+  are still scaled) and around the GradScaler's ``step`` (skipped steps),
+- a wrapper around ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the
+  leaves of every graph the step backpropagates, also when it returns ``loss.item()``.
 
 It never calls ``zero_grad``/``step`` and only reads tensors (clones), so the step
 computes exactly what it computes without the observer. On exit every hook is removed
@@ -16,32 +18,30 @@ and every wrapped function restored, also when the step raised.
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from autogradlab.models.doctor.findings import UPDATE_RATIO_MIN_NUMEL
+from autogradlab import torch_internals as internals
+from autogradlab.graph.traverse import walk
+from autogradlab.models.doctor.findings import UNDONE_FRACTION, UPDATE_RATIO_MIN_NUMEL
+from autogradlab.tracebacks import error_frames, learner_frames, stack_frames
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LIBRARY_DIRS = tuple(
-    {os.path.abspath(p) for p in (_PACKAGE_DIR, os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"])}
-)
-MODE_MODULES = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+MODE_MODULES = internals.MODE_MODULES
 _CLIP_NAMES = {
     "torch.nn.utils": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_"),
-    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "_clip_grads_with_norm_"),
+    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", internals.CLIP_WITH_NORM_PRIVATE),
 }
 
 
 def learner_line(frames: list[traceback.FrameSummary]) -> str:
     """``line N: `code``` for the last frame that is the learner's (not torch, not this package)."""
-    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(_LIBRARY_DIRS)]
+    mine = learner_frames(frames)
     if not mine:
         return "inside torch"
     last = mine[-1]
@@ -49,9 +49,9 @@ def learner_line(frames: list[traceback.FrameSummary]) -> str:
 
 
 def graph_leaves(output: Any) -> list[torch.Tensor]:
-    """The leaf tensors (AccumulateGrad nodes) that backward from ``output`` reaches, in walk order.
+    """The leaf tensors (AccumulateGrad nodes) that backward from ``output`` reaches, in engine order.
 
-    An iterative walk over ``grad_fn.next_functions``; it still works after backward,
+    Uses the graph layer's walk (the one graph walker): it still works after backward,
     which frees saved tensors but keeps the graph's structure.
 
     >>> w = torch.ones(2, requires_grad=True)
@@ -60,19 +60,57 @@ def graph_leaves(output: Any) -> list[torch.Tensor]:
     """
     if not isinstance(output, torch.Tensor) or output.grad_fn is None:
         return []
-    stack, seen, nodes, leaves, leaf_ids = [output.grad_fn], set(), [], [], set()
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        nodes.append(fn)  # keeps fn alive so its id cannot be reused during the walk
+    nodes, _, _ = walk([output])
+    leaves, leaf_ids = [], set()
+    for fn in nodes:
         variable = getattr(fn, "variable", None)
         if isinstance(variable, torch.Tensor) and id(variable) not in leaf_ids:
             leaf_ids.add(id(variable))
             leaves.append(variable)
-        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
     return leaves
+
+
+def _clip_factor(total_norm: Any, max_norm: Any, scale: float) -> float | None:
+    """How much smaller the gradients are after clip-then-unscale than after unscale-then-clip.
+
+    clip_grad_norm_ returned the norm N of the *scaled* gradients; the true norm is N/S.
+
+    >>> _clip_factor(torch.tensor(65536.0), 1.0, 65536.0)  # true norm 1: the right clip does nothing
+    1.52587890625e-05
+    """
+    try:
+        norm, limit = float(total_norm), float(max_norm)
+    except (TypeError, ValueError):
+        return None
+    if not (norm > 0 and limit > 0 and scale > 0) or norm != norm:
+        return None
+    return min(1.0, limit / norm) / min(1.0, limit * scale / norm)
+
+
+# Optimizers whose update divides by sqrt(second moment) + eps: a common factor on all
+# gradients cancels, except against eps.
+_ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad")
+
+
+def _is_adaptive(optimizer: torch.optim.Optimizer) -> bool:
+    return any(cls.__name__ in _ADAPTIVE for cls in type(optimizer).__mro__) and "eps" in optimizer.param_groups[0]
+
+
+def adam_first_step_ratio(grads: torch.Tensor, factor: float, eps: float) -> float:
+    """‖u(g)‖ / ‖u(g / factor)‖ for Adam's first update u(g) = g / (|g| + eps).
+
+    ``grads`` are the gradients the optimizer received, ``factor`` times the right ones.
+    Where |g| ≫ eps the factor cancels; where |g| ≲ eps it survives.
+
+    >>> g = torch.tensor([1e-3, -2e-3])
+    >>> round(adam_first_step_ratio(g, 1e-2, 1e-8), 4)  # |g| ≫ eps: almost no effect
+    1.0
+    >>> round(adam_first_step_ratio(g * 1e-9, 1e-2, 1e-8), 2)  # |g| ≪ eps: the full factor 1e-2
+    0.01
+    """
+    g = grads.double()
+    right = g / factor
+    return float((g / (g.abs() + eps)).norm() / (right / (right.abs() + eps)).norm().clamp_min(1e-300))
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -136,6 +174,28 @@ class OptStep:
 
 
 @dataclass
+class Clip:
+    """One call of a clipping function during a step."""
+
+    label: str
+    still_scaled: bool
+    line: str
+    # clip_grad_norm_ on scaled gradients: the factor by which the gradients the optimizer
+    # receives differ from the right order's, min(1, m/N) / min(1, m*S/N) for the scaled norm N
+    factor: float | None = None
+
+
+@dataclass
+class AdaptiveEffect:
+    """What a clip before unscale_ does to an optimizer that divides by sqrt(v) + eps (Adam and kin)."""
+
+    optimizer: str
+    eps: float
+    median_grad: float  # median |g| of the (too small) gradients the optimizer received
+    first_step_ratio: float  # ‖update‖ bug / right for a first Adam step on these gradients
+
+
+@dataclass
 class StepLog:
     """Everything seen during one call of the learner's step."""
 
@@ -149,7 +209,9 @@ class StepLog:
     opt_steps: list[OptStep] = field(default_factory=list)
     opt_step_calls: int = 0
     scaler_steps: list[tuple[bool | None, float]] = field(default_factory=list)  # (skipped, scale)
-    clips: list[tuple[str, bool, str]] = field(default_factory=list)  # (function, still scaled, line)
+    clips: list[Clip] = field(default_factory=list)
+    adaptive: list[AdaptiveEffect] = field(default_factory=list)
+    undone: dict[str, float] = field(default_factory=dict)  # name -> ‖θ_end − θ_before‖ / ‖θ_after − θ_before‖
     modules: dict[str, ModuleRun] = field(default_factory=dict)
     leaves: list[torch.Tensor] = field(default_factory=list)
 
@@ -180,7 +242,10 @@ class Observer:
         self._pre_grad: dict[int, bool] = {}
         self._pre_empty: set[int] = set()
         self._stepped_since_grad: dict[int, bool] = {}
+        # per parameter moved by the last optimizer.step(): (value before, value after) the step
+        self._undo_check: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._in_clip = 0
+        self._in_backward = 0
         self._track_parameters()
 
     # ------------------------------------------------------------------ what is watched
@@ -195,8 +260,11 @@ class Observer:
             for g, group in enumerate(opt.param_groups):
                 for j, p in enumerate(group["params"]):
                     if id(p) not in self.tracked:
-                        label = f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}" if len(self.optimizers) > 1 \
+                        label = (
+                            f"optimizer[{i}] group {g} #{j} {tuple(p.shape)}"
+                            if len(self.optimizers) > 1
                             else f"optimizer group {g} #{j} {tuple(p.shape)}"
+                        )
                         self.tracked[id(p)] = Tracked(label, p, None)
                     if i not in self.tracked[id(p)].optimizers:
                         self.tracked[id(p)].optimizers.append(i)
@@ -206,7 +274,7 @@ class Observer:
 
     # ------------------------------------------------------------------ install / remove
 
-    def __enter__(self) -> "Observer":
+    def __enter__(self) -> Observer:
         try:
             self._install()
         except BaseException:
@@ -227,6 +295,7 @@ class Observer:
             self._handles.append(opt.register_step_pre_hook(self._step_pre_hook(i)))
             self._handles.append(opt.register_step_post_hook(self._step_post_hook(i)))
         self._wrap_clipping()
+        self._wrap_backward()
         if self.scaler is not None:
             self._wrap_scaler_step()
 
@@ -242,17 +311,30 @@ class Observer:
 
     def _snapshot(self) -> dict[int, tuple[torch.Tensor, int]]:
         with torch.no_grad():
-            return {k: (t.tensor.detach().clone(), t.tensor._version) for k, t in self.tracked.items()}
+            return {k: (t.tensor.detach().clone(), internals.version(t.tensor)) for k, t in self.tracked.items()}
 
     def _close_interval(self) -> None:
         """Values that changed since the last snapshot outside optimizer.step() with no version bump."""
         step = self._current
         for k, (before, version) in self._last.items():
             t = self.tracked[k].tensor
-            if t._version == version and not _same(before, t.detach()):
+            if internals.version(t) == version and not _same(before, t.detach()):
                 change = float((t.detach().double() - before.double()).abs().nan_to_num().max())
                 step.bypass[self.tracked[k].name] = max(change, step.bypass.get(self.tracked[k].name, 0.0))
         self._last = {}
+
+    def _check_undone(self) -> None:
+        """Parameters that the last optimizer.step() moved and a later write put back (almost) where they were."""
+        step = self._current
+        for k, (before, after) in list(self._undo_check.items()):
+            now = self.tracked[k].tensor.detach()
+            if _same(after, now):
+                continue  # not written since the step (yet): decide at the next check
+            del self._undo_check[k]
+            moved = float((after.double() - before.double()).norm())
+            left = float((now.double() - before.double()).norm())
+            if moved > 0 and left <= UNDONE_FRACTION * moved:
+                step.undone[self.tracked[k].name] = left / moved
 
     # ------------------------------------------------------------------ hooks
 
@@ -296,11 +378,13 @@ class Observer:
                 return None
             step.opt_step_calls += 1
             self._close_interval()
+            self._check_undone()
+            self._adaptive_effect(optimizer)
             self._pre, self._pre_grad, self._pre_empty = {}, {}, set()
             with torch.no_grad():
                 for group in optimizer.param_groups:
                     for p in group["params"]:
-                        self._pre[id(p)] = (p.detach().clone(), p._version)
+                        self._pre[id(p)] = (p.detach().clone(), internals.version(p))
                         self._pre_grad[id(p)] = _usable_grad(p.grad, p)
                         if p.grad is None or not bool(p.grad.any()):
                             self._pre_empty.add(id(p))
@@ -333,6 +417,8 @@ class Observer:
                                 record.ratio[name] = float((p.detach().double() - before.double()).norm()) / norm
                         if p.grad is not None and bool(p.grad.any()):
                             self._stepped_since_grad[id(p)] = True
+                        if p.is_floating_point() and p.numel() >= 2 and not _same(before, p.detach()):
+                            self._undo_check[id(p)] = (before, p.detach().clone())
             step.opt_steps.append(record)
             self._last = self._snapshot()
             return None
@@ -367,13 +453,19 @@ class Observer:
                     kwargs["parameters"] = params
             tensors = [params] if isinstance(params, torch.Tensor) else list(params or [])
             scaled = self._still_scaled(tensors)
-            line = learner_line(traceback.extract_stack()[:-1])
-            self._current.clips.append((label, scaled, line))
+            line = learner_line(stack_frames()[:-1])
+            clip = Clip(label, scaled, line)
+            self._current.clips.append(clip)
             self._in_clip += 1
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
                 self._in_clip -= 1
+            if scaled and label == "clip_grad_norm_":
+                clip.factor = _clip_factor(
+                    result, args[1] if len(args) > 1 else kwargs.get("max_norm"), float(self.scaler.get_scale())
+                )
+            return result
 
         wrapper.__wrapped__ = original
         wrapper.__doc__ = original.__doc__
@@ -393,6 +485,54 @@ class Observer:
             if stage == "READY":
                 return True
         return False
+
+    def _adaptive_effect(self, optimizer: torch.optim.Optimizer) -> None:
+        """After a clip on scaled gradients, estimate what it does to an Adam-like optimizer's first update."""
+        step = self._current
+        factors = [c.factor for c in step.clips if c.still_scaled and c.factor]
+        if not factors or not _is_adaptive(optimizer):
+            return
+        grads = [
+            p.grad.detach().double().flatten()
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if p.grad is not None
+        ]
+        if not grads:
+            return
+        g = torch.cat(grads)
+        eps = float(optimizer.param_groups[0].get("eps", 1e-8))
+        step.adaptive.append(
+            AdaptiveEffect(
+                type(optimizer).__name__, eps, float(g.abs().median()), adam_first_step_ratio(g, factors[-1], eps)
+            )
+        )
+
+    def _wrap_backward(self) -> None:
+        """Record the leaves of every graph backward runs on (the returned loss may be a number)."""
+        original = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            step = self._current
+            if step is not None and not self._in_backward:
+                roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+                tensors = roots[0] if len(roots) == 1 and isinstance(roots[0], torch.Tensor) else roots
+                known = {id(t) for t in step.leaves}
+                for root in roots:
+                    for leaf in graph_leaves(root):
+                        if leaf.requires_grad and id(leaf) not in known:
+                            known.add(id(leaf))
+                            step.leaves.append(leaf)
+            self._in_backward += 1
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                self._in_backward -= 1
+
+        backward.__wrapped__ = original
+        backward.__doc__ = original.__doc__
+        torch.autograd.backward = backward
+        self._restore.append(lambda: setattr(torch.autograd, "backward", original))
 
     def _wrap_scaler_step(self) -> None:
         scaler = self.scaler
@@ -439,11 +579,13 @@ class Observer:
             out = train_step(batch)
         except Exception as exc:  # the learner's bug: recorded as a finding, not a crash
             step.raised = f"{type(exc).__name__}: {exc}"
-            step.where_raised = learner_line(traceback.extract_tb(exc.__traceback__))
+            step.where_raised = learner_line(error_frames(exc))
         finally:
             if self._last:
                 self._close_interval()
+            self._check_undone()
             self._current = None
         step.loss = _loss_value(out)
-        step.leaves = [t for t in graph_leaves(out) if t.requires_grad]
+        known = {id(t) for t in step.leaves}
+        step.leaves += [t for t in graph_leaves(out) if t.requires_grad and id(t) not in known]
         return step.raised is None

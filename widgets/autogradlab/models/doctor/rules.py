@@ -8,7 +8,7 @@ about several parameters with the same cause are grouped into one.
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -76,16 +76,23 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
     in_graph = {id(t) for s in completed for t in s.leaves}
     findings = []
     registered = [
-        t.name for t in obs.tracked.values()
-        if t.module is not None and t.tensor.requires_grad and not t.optimizers
+        t.name
+        for t in obs.tracked.values()
+        if t.module is not None
+        and t.tensor.requires_grad
+        and not t.optimizers
         and (t.name in got_grad or id(t.tensor) in in_graph)
     ]
     if registered:
-        findings.append(Finding(
-            "param-not-in-optimizer", "error", _names(registered, obs),
-            f"{len(registered)} model parameter(s) received a gradient but are in no optimizer param group, "
-            "so they never change (was the optimizer built before these parameters were created or replaced?)",
-        ))
+        findings.append(
+            Finding(
+                "param-not-in-optimizer",
+                "error",
+                _names(registered, obs),
+                f"{len(registered)} model parameter(s) received a gradient but are in no optimizer param group, "
+                "so they never change (was the optimizer built before these parameters were created or replaced?)",
+            )
+        )
     seen: set[int] = set()
     for s in completed:
         for leaf in s.leaves:
@@ -97,21 +104,40 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
             if isinstance(leaf, nn.Parameter):
                 if found:
                     where, holder = found
-                    message = (f"an nn.Parameter {shape} kept in {holder} is in the loss graph, so backward gives it "
-                               "a gradient, but model.parameters() does not list it and no optimizer updates it")
+                    message = (
+                        f"an nn.Parameter {shape} kept in {holder} is in the loss graph, so backward gives it "
+                        "a gradient, but model.parameters() does not list it and no optimizer updates it"
+                    )
                 else:
                     where = f"nn.Parameter {shape}"
-                    message = ("an nn.Parameter outside the model is in the loss graph, so backward gives it a "
-                               "gradient, but no optimizer updates it")
+                    message = (
+                        "an nn.Parameter outside the model is in the loss graph, so backward gives it a "
+                        "gradient, but no optimizer updates it"
+                    )
                 findings.append(Finding("param-not-in-optimizer", "error", where, message))
+            elif found:
+                where, holder = found
+                findings.append(
+                    Finding(
+                        "param-not-in-optimizer",
+                        "error",
+                        where,
+                        f"a tensor {shape} with requires_grad=True kept in {holder} of the model is in the loss graph, "
+                        "so backward gives it a gradient, but it is no nn.Parameter: model.parameters() does not list it "
+                        "and no optimizer updates it",
+                    )
+                )
             else:
-                where = found[0] if found else f"leaf tensor {shape}"
-                findings.append(Finding(
-                    "param-not-in-optimizer", "warning", where,
-                    f"a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
-                    "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
-                    "gradient on purpose, ignore this",
-                ))
+                findings.append(
+                    Finding(
+                        "param-not-in-optimizer",
+                        "warning",
+                        f"leaf tensor {shape}",
+                        f"a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
+                        "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
+                        "gradient on purpose, ignore this",
+                    )
+                )
     return findings
 
 
@@ -119,11 +145,15 @@ def frozen_param_in_optimizer(obs: Observer) -> list[Finding]:
     frozen = [t.name for t in obs.tracked.values() if t.optimizers and not t.tensor.requires_grad]
     if not frozen:
         return []
-    return [Finding(
-        "frozen-param-in-optimizer", "warning", _names(frozen, obs),
-        f"{len(frozen)} parameter(s) with requires_grad=False sit in the optimizer: they get no gradient and never "
-        "change. Meant to train them? requires_grad_(True). Frozen on purpose? leave them out of the optimizer",
-    )]
+    return [
+        Finding(
+            "frozen-param-in-optimizer",
+            "warning",
+            _names(frozen, obs),
+            f"{len(frozen)} parameter(s) with requires_grad=False sit in the optimizer: they get no gradient and never "
+            "change. Meant to train them? requires_grad_(True). Frozen on purpose? leave them out of the optimizer",
+        )
+    ]
 
 
 def _why_no_grad(obs: Observer, owner: str | None, completed: list[StepLog]) -> str:
@@ -137,8 +167,10 @@ def _why_no_grad(obs: Observer, owner: str | None, completed: list[StepLog]) -> 
         return f"{label} ran with gradients disabled (torch.no_grad() or inference_mode)"
     if not any(r.output_required_grad for r in runs):
         return f"{label} ran, but its output did not require grad"
-    return (f"{label} ran and its output required grad, so the path to the loss was cut after it "
-            "(detach(), .data, .item(), a new tensor built from values, or a non-differentiable op)")
+    return (
+        f"{label} ran and its output required grad, so the path to the loss was cut after it "
+        "(detach(), .data, .item(), a new tensor built from values, or a non-differentiable op)"
+    )
 
 
 def missing_grad(obs: Observer) -> list[Finding]:
@@ -151,9 +183,13 @@ def missing_grad(obs: Observer) -> list[Finding]:
         if t.trainable and t.name not in got_grad:
             by_reason.setdefault(_why_no_grad(obs, t.module, completed), []).append(t.name)
     return [
-        Finding("missing-grad", "error", _names(names, obs),
-                f"{len(names)} trainable parameter(s) in the optimizer got no gradient in {len(completed)} step(s): "
-                f"{reason}")
+        Finding(
+            "missing-grad",
+            "error",
+            _names(names, obs),
+            f"{len(names)} trainable parameter(s) in the optimizer got no gradient in {len(completed)} step(s): "
+            f"{reason}",
+        )
         for reason, names in by_reason.items()
     ]
 
@@ -173,10 +209,14 @@ def nonfinite_grad(obs: Observer) -> list[Finding]:
     if not bad:
         return []
     steps = sorted({i for indices in bad.values() for i in indices})
-    return [Finding(
-        "nonfinite-grad", "error", _names(bad, obs),
-        f"inf/NaN in the gradient of {len(bad)} parameter(s) in {_steps(steps)}",
-    )]
+    return [
+        Finding(
+            "nonfinite-grad",
+            "error",
+            _names(bad, obs),
+            f"inf/NaN in the gradient of {len(bad)} parameter(s) in {_steps(steps)}",
+        )
+    ]
 
 
 def grad_not_cleared(obs: Observer) -> list[Finding]:
@@ -187,11 +227,15 @@ def grad_not_cleared(obs: Observer) -> list[Finding]:
     if not carried:
         return []
     steps = sorted({i for indices in carried.values() for i in indices})
-    return [Finding(
-        "grad-not-cleared", "error", _names(carried, obs),
-        f"in {_steps(steps)} backward added to a gradient still left from before the previous optimizer.step(): "
-        ".grad holds the sum of several steps' gradients",
-    )]
+    return [
+        Finding(
+            "grad-not-cleared",
+            "error",
+            _names(carried, obs),
+            f"in {_steps(steps)} backward added to a gradient still left from before the previous optimizer.step(): "
+            ".grad holds the sum of several steps' gradients",
+        )
+    ]
 
 
 def data_bypass(obs: Observer) -> list[Finding]:
@@ -204,19 +248,26 @@ def data_bypass(obs: Observer) -> list[Finding]:
     if not changed:
         return []
     steps = sorted({i for indices in changed.values() for i in indices})
-    return [Finding(
-        "data-bypass", "warning", _names(changed, obs),
-        f"changed outside optimizer.step() in {_steps(steps)} (max |change| {max(size.values()):.3g}) while the "
-        "version counter stayed put: a write through .data that autograd cannot see",
-    )]
+    return [
+        Finding(
+            "data-bypass",
+            "warning",
+            _names(changed, obs),
+            f"changed outside optimizer.step() in {_steps(steps)} (max |change| {max(size.values()):.3g}) while the "
+            "version counter stayed put: a write through .data that autograd cannot see",
+        )
+    ]
 
 
 def _frozen_region(obs: Observer, module_name: str) -> bool:
     """True if the module and its parent block hold no trainable parameter."""
     parent = module_name.rsplit(".", 1)[0] if "." in module_name else ""
     prefix = f"{parent}." if parent else ""
-    names = [t for t in obs.tracked.values() if t.module is not None
-             and (t.module == parent or t.module.startswith(prefix) or parent == "")]
+    names = [
+        t
+        for t in obs.tracked.values()
+        if t.module is not None and (t.module == parent or t.module.startswith(prefix) or parent == "")
+    ]
     return not any(t.trainable for t in names)
 
 
@@ -241,17 +292,25 @@ def eval_mode_in_training(obs: Observer) -> list[Finding]:
     if live:
         steps = sorted({i for n in live for i in in_eval[n]})
         kinds = sorted({type(modules[n]).__name__ for n in live})
-        findings.append(Finding(
-            "eval-mode-in-training", "warning", _names([_typed(n, modules) for n in live]),
-            f"{'/'.join(kinds)} ran in eval mode in {_steps(steps)}: dropout is off and batch norm uses its "
-            "running statistics, so training optimizes a different model (model.eval() left over from validation?)",
-        ))
+        findings.append(
+            Finding(
+                "eval-mode-in-training",
+                "warning",
+                _names([_typed(n, modules) for n in live]),
+                f"{'/'.join(kinds)} ran in eval mode in {_steps(steps)}: dropout is off and batch norm uses its "
+                "running statistics, so training optimizes a different model (model.eval() left over from validation?)",
+            )
+        )
     if frozen:
-        findings.append(Finding(
-            "eval-mode-in-training", "info", _names([_typed(n, modules) for n in frozen]),
-            "ran in eval mode inside a block with no trainable parameter (a frozen backbone kept in eval mode: "
-            "fine if deliberate)",
-        ))
+        findings.append(
+            Finding(
+                "eval-mode-in-training",
+                "info",
+                _names([_typed(n, modules) for n in frozen]),
+                "ran in eval mode inside a block with no trainable parameter (a frozen backbone kept in eval mode: "
+                "fine if deliberate)",
+            )
+        )
     return findings
 
 
@@ -267,10 +326,14 @@ def no_update(obs: Observer) -> list[Finding]:
         lrs = sorted({g.get("lr") for opt in obs.optimizers for g in opt.param_groups if "lr" in g}, key=float)
         lr_note = f" (learning rate(s) in the param groups: {', '.join(f'{float(lr):g}' for lr in lrs)})" if lrs else ""
         steps = sorted({i for indices in unchanged.values() for i in indices})
-        findings.append(Finding(
-            "no-update", "error", _names(unchanged, obs),
-            f"nonzero gradients, but the value did not change over optimizer.step() in {_steps(steps)}{lr_note}",
-        ))
+        findings.append(
+            Finding(
+                "no-update",
+                "error",
+                _names(unchanged, obs),
+                f"nonzero gradients, but the value did not change over optimizer.step() in {_steps(steps)}{lr_note}",
+            )
+        )
     cleared: dict[str, list[int]] = {}
     for s in completed:
         if not s.opt_steps:
@@ -281,22 +344,58 @@ def no_update(obs: Observer) -> list[Finding]:
                     cleared.setdefault(name, []).append(s.index)
     if cleared:
         steps = sorted({i for indices in cleared.values() for i in indices})
-        findings.append(Finding(
-            "no-update", "error", _names(cleared, obs),
-            f"backward gave nonzero gradients, but .grad was empty when optimizer.step() ran in {_steps(steps)}: "
-            "zero_grad() sits between backward() and step()",
-        ))
+        findings.append(
+            Finding(
+                "no-update",
+                "error",
+                _names(cleared, obs),
+                f"backward gave nonzero gradients, but .grad was empty when optimizer.step() ran in {_steps(steps)}: "
+                "zero_grad() sits between backward() and step()",
+            )
+        )
     calls = sum(s.opt_step_calls for s in completed)
     scaler_skips = sum(1 for s in completed for skipped, _ in s.scaler_steps if skipped)
     had_grad = any(seen["nonzero"] for s in completed for seen in s.grads.values())
     if completed and calls == 0 and scaler_skips == 0 and had_grad:
-        findings.append(Finding(
-            "no-update", "error", "optimizer.step()",
-            f"gradients were nonzero, but optimizer.step() of the optimizer passed to diagnose never ran in "
-            f"{len(completed)} step(s): the step calls step() on another optimizer, or skips it (a condition never "
-            "true, or accumulation over more calls than the batches given)",
-        ))
+        findings.append(
+            Finding(
+                "no-update",
+                "error",
+                "optimizer.step()",
+                f"gradients were nonzero, but optimizer.step() of the optimizer passed to diagnose never ran in "
+                f"{len(completed)} step(s): the step calls step() on another optimizer, or skips it (a condition never "
+                "true, or accumulation over more calls than the batches given)",
+            )
+        )
     return findings
+
+
+def update_undone(obs: Observer) -> list[Finding]:
+    undone: dict[str, list[int]] = {}
+    for s in _completed(obs):
+        for name in s.undone:
+            undone.setdefault(name, []).append(s.index)
+    moved: dict[str, int] = {}
+    for s in _completed(obs):
+        for record in s.opt_steps:
+            for name, nonzero in record.grad_nonzero.items():
+                if nonzero and name not in record.unchanged:
+                    moved[name] = moved.get(name, 0) + 1
+    # undone in at least two steps and in at least half of the steps that moved it
+    bad = {n: steps for n, steps in undone.items() if len(steps) >= 2 and 2 * len(steps) >= moved.get(n, 0)}
+    if not bad:
+        return []
+    steps = sorted({i for indices in bad.values() for i in indices})
+    return [
+        Finding(
+            "update-undone",
+            "error",
+            _names(bad, obs),
+            f"optimizer.step() changed {'it' if len(bad) == 1 else 'them'}, but a write after the step put "
+            f"{'it' if len(bad) == 1 else 'them'} back to the value from before the step in {_steps(steps)}: the updates "
+            "never take effect (look for a clamp, a reset or a reload after optimizer.step())",
+        )
+    ]
 
 
 def _ratios(obs: Observer) -> dict[str, list[tuple[int, float]]]:
@@ -317,11 +416,15 @@ def update_ratio_high(obs: Observer) -> list[Finding]:
     if not high:
         return []
     name, (step, worst) = max(high.items(), key=lambda kv: kv[1][1])
-    return [Finding(
-        "update-ratio-high", "warning", _names(high, obs),
-        f"‖Δθ‖/‖θ‖ above {UPDATE_RATIO_HIGH:g} for {len(high)} weight(s); largest {worst:.3g} for {name} in step "
-        f"{step}: one step rewrites a large part of the weight",
-    )]
+    return [
+        Finding(
+            "update-ratio-high",
+            "warning",
+            _names(high, obs),
+            f"‖Δθ‖/‖θ‖ above {UPDATE_RATIO_HIGH:g} for {len(high)} weight(s); largest {worst:.3g} for {name} in step "
+            f"{step}: one step rewrites a large part of the weight",
+        )
+    ]
 
 
 def update_ratio_low(obs: Observer) -> list[Finding]:
@@ -333,11 +436,15 @@ def update_ratio_low(obs: Observer) -> list[Finding]:
     if not low:
         return []
     name, median = min(low.items(), key=lambda kv: kv[1])
-    return [Finding(
-        "update-ratio-low", "warning", _names(low, obs),
-        f"median ‖Δθ‖/‖θ‖ below {UPDATE_RATIO_LOW:g} for {len(low)} weight(s); smallest {median:.3g} for {name}: "
-        "the weights barely move",
-    )]
+    return [
+        Finding(
+            "update-ratio-low",
+            "warning",
+            _names(low, obs),
+            f"median ‖Δθ‖/‖θ‖ below {UPDATE_RATIO_LOW:g} for {len(low)} weight(s); smallest {median:.3g} for {name}: "
+            "the weights barely move",
+        )
+    ]
 
 
 def amp_step_skipped(obs: Observer) -> list[Finding]:
@@ -351,33 +458,72 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
     nan_loss = sum(1 for s in obs.steps if s.loss is not None and s.loss != s.loss)
     loss_note = f"; the loss itself was NaN in {nan_loss} step(s)" if nan_loss else ""
     if n == total:
-        return [Finding(
-            "amp-step-skipped", "error", "scaler.step()",
-            f"the GradScaler skipped all {total} optimizer steps ({scales}): gradients stay inf/NaN as the scale "
-            f"falls, so the cause is the forward or the loss, not an overflow{loss_note}",
-        )]
+        return [
+            Finding(
+                "amp-step-skipped",
+                "error",
+                "scaler.step()",
+                f"the GradScaler skipped all {total} optimizer steps ({scales}): gradients stay inf/NaN as the scale "
+                f"falls, so the cause is the forward or the loss, not an overflow{loss_note}",
+            )
+        ]
     if first_ok is not None and all(h[1] for h in history[:first_ok]) and not any(h[1] for h in history[first_ok:]):
-        return [Finding(
-            "amp-step-skipped", "info", "scaler.step()",
-            f"the GradScaler skipped the first {n} of {total} steps while the scale calibrated ({scales}): normal",
-        )]
-    return [Finding(
-        "amp-step-skipped", "warning", "scaler.step()",
-        f"the GradScaler skipped {n} of {total} optimizer steps ({_steps(h[0] for h in skips)}; {scales}){loss_note}",
-    )]
+        return [
+            Finding(
+                "amp-step-skipped",
+                "info",
+                "scaler.step()",
+                f"the GradScaler skipped the first {n} of {total} steps while the scale calibrated ({scales}): normal",
+            )
+        ]
+    return [
+        Finding(
+            "amp-step-skipped",
+            "warning",
+            "scaler.step()",
+            f"the GradScaler skipped {n} of {total} optimizer steps ({_steps(h[0] for h in skips)}; {scales}){loss_note}",
+        )
+    ]
+
+
+def _clip_effect(obs: Observer) -> str:
+    """What the wrong order did to the update, for the optimizer(s) the doctor saw."""
+    adaptive = [a for s in obs.steps for a in s.adaptive]
+    factors = [c.factor for s in obs.steps for c in s.clips if c.still_scaled and c.factor]
+    if adaptive:
+        a = adaptive[0]
+        return (
+            f" {a.optimizer} divides by √v + eps, so a common factor on the gradients mostly cancels: what remains "
+            f"acts through eps = {a.eps:g}. Its gradients arrived {1 / factors[0]:.3g}× too small (median |g| "
+            f"{a.median_grad:.2g}, {a.median_grad / a.eps:.2g}× eps), which makes a first update about "
+            f"{a.first_step_ratio:.2f}× the right one here; the smaller the gradient elements (the larger the model), "
+            "the larger the damage"
+        )
+    if factors and all(isinstance(o, torch.optim.SGD) for o in obs.optimizers):
+        return (
+            f" SGD moves by the gradient it receives, which is {factors[0]:.2g}× the right one (step 1); an update "
+            "that small often does not even change a float32 weight: training all but stops"
+        )
+    if factors:
+        return f" The optimizer receives gradients {factors[0]:.2g}× the right ones (step 1)"
+    return ""
 
 
 def clip_before_unscale(obs: Observer) -> list[Finding]:
-    scaled = [(s.index, label, line) for s in obs.steps for label, still_scaled, line in s.clips if still_scaled]
+    scaled = [(s.index, c) for s in obs.steps for c in s.clips if c.still_scaled]
     if not scaled:
         return []
-    _, label, line = scaled[0]
+    clip = scaled[0][1]
     scale = obs.scaler.get_scale() if obs.scaler is not None else float("nan")
-    return [Finding(
-        "clip-before-unscale", "error", line,
-        f"{label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
-        f"{_steps(i for i, _, _ in scaled)}: the threshold acts as max_norm / scale, so every step is clipped hard",
-    )]
+    return [
+        Finding(
+            "clip-before-unscale",
+            "error",
+            clip.line,
+            f"{clip.label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
+            f"{_steps(i for i, _ in scaled)}: the threshold acts as max_norm / scale.{_clip_effect(obs)}",
+        )
+    ]
 
 
 RULES: list[Callable[[Observer], list[Finding]]] = [
@@ -390,6 +536,7 @@ RULES: list[Callable[[Observer], list[Finding]]] = [
     data_bypass,
     eval_mode_in_training,
     no_update,
+    update_undone,
     update_ratio_high,
     update_ratio_low,
     amp_step_skipped,

@@ -1,0 +1,205 @@
+"""Every private PyTorch attribute or module the package relies on, in one place.
+
+The course looks inside autograd further than PyTorch's public API reaches: the
+tensors a backward node saved, a tensor's version counter, the engine that runs
+backward. Each such read is one small named function or constant here, with why it
+is needed and why no public alternative does the job. ``tests/test_torch_internals.py``
+names every one and checks it still exists and behaves as assumed, so a PyTorch
+upgrade that moves one fails loudly in that one test, not deep inside a chapter.
+
+>>> import torch
+>>> x = torch.ones(2, requires_grad=True)
+>>> y = x.exp()
+>>> saved_names(y.grad_fn), version(x)
+(('result',), 0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.autograd.graph
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401 - re-exported
+from torch.utils._pytree import tree_leaves  # noqa: F401 - re-exported
+
+__all__ = [
+    "RAW_SAVED_PREFIX",
+    "UNPACKED_SAVED_PREFIX",
+    "saved_names",
+    "raw_saved",
+    "unpack_saved",
+    "custom_raw_saved",
+    "saved_data",
+    "saved_unpack_hook",
+    "unpack_raw",
+    "version",
+    "sequence_nr",
+    "input_metadata",
+    "TorchDispatchMode",
+    "TorchFunctionMode",
+    "tree_leaves",
+    "functorch_transform_entry_points",
+    "engine_patch_points",
+    "execution_engine",
+    "SCALER_GROWTH_TRACKER_KEY",
+    "SCHEDULER_LAST_LR_KEY",
+]
+
+# --------------------------------------------------------------------------- saved tensors
+# PyTorch has no public way to list what a backward node saved. ``saved_tensors_hooks``
+# sees tensors as they are packed, but not which node or attribute holds them, nor
+# whether backward freed them since; the graph view and GraphStats need exactly that.
+
+RAW_SAVED_PREFIX = "_raw_saved_"  # grad_fn._raw_saved_<name>: a SavedTensor (or a list of them)
+UNPACKED_SAVED_PREFIX = "_saved_"  # grad_fn._saved_<name>: the same, unpacked as backward unpacks it
+_CUSTOM_RAW = "_raw_saved_tensors"  # a custom autograd.Function's ctx.save_for_backward tensors
+_names_by_type: dict[type, tuple[str, ...]] = {}
+
+
+def saved_names(fn: Any) -> tuple[str, ...]:
+    """The names of the tensors a built-in backward node saved (``('self', 'other')`` for a MulBackward0).
+
+    Every node of one type has the same names, and ``dir()`` is slow: cached per type.
+    A custom ``autograd.Function``'s tensors are not named: see :func:`custom_raw_saved`.
+    """
+    kind = type(fn)
+    names = _names_by_type.get(kind)
+    if names is None:
+        prefix = RAW_SAVED_PREFIX
+        names = tuple(a[len(prefix) :] for a in dir(fn) if a.startswith(prefix) and a != _CUSTOM_RAW)
+        _names_by_type[kind] = names
+    return names
+
+
+def raw_saved(fn: Any, name: str) -> Any:
+    """``fn``'s saved ``name`` as a ``SavedTensor`` (or a list of them), without unpacking it.
+
+    It is how we reach a saved tensor that changed in place or that backward freed
+    (unpacking raises in both cases); only a *list* of saved tensors raises once freed.
+    """
+    return getattr(fn, RAW_SAVED_PREFIX + name)
+
+
+def unpack_saved(fn: Any, name: str) -> Any:
+    """``fn``'s saved ``name`` unpacked exactly as backward unpacks it (same checks, same errors).
+
+    Unlike ``SavedTensor.unpack()``, the node's own attribute knows which node saved an
+    output, so a saved output (``ExpBackward0.result``) unpacks too.
+    """
+    return getattr(fn, UNPACKED_SAVED_PREFIX + name)
+
+
+def custom_raw_saved(fn: Any) -> tuple:
+    """The ``SavedTensor`` objects behind a custom Function's ``ctx.saved_tensors`` (raises once freed).
+
+    ``ctx.saved_tensors`` unpacks them all at once and raises for all of them together;
+    this reaches them one by one.
+    """
+    return getattr(fn, _CUSTOM_RAW)
+
+
+def saved_data(saved: Any) -> Any:
+    """The tensor a ``SavedTensor`` holds as it is now, without the version check (None once freed)."""
+    return saved.data
+
+
+def saved_unpack_hook(saved: Any) -> Any:
+    """The ``saved_tensors_hooks`` unpack hook of a ``SavedTensor``, or None when it was saved plainly."""
+    return saved.unpack_hook
+
+
+def unpack_raw(saved: Any) -> Any:
+    """Unpack a ``SavedTensor`` with backward's checks (cannot unpack a saved output: use :func:`unpack_saved`)."""
+    return saved.unpack()
+
+
+# --------------------------------------------------------------------------- nodes and tensors
+
+
+def version(tensor: torch.Tensor) -> int:
+    """The tensor's version counter: +1 on every in-place change of its memory.
+
+    Autograd compares it with the version it recorded when a tensor was saved; there
+    is no public getter. ``torch.equal`` against a copy misses an in-place op that
+    writes the same values, which is why checkers read the counter.
+    """
+    return tensor._version
+
+
+def sequence_nr(fn: Any) -> int:
+    """The creation number of a backward node: the engine runs ready nodes highest first.
+
+    No public API exposes the order backward will run nodes in; the graph's stable ids follow it.
+    """
+    return fn._sequence_nr()
+
+
+def input_metadata(fn: Any) -> tuple:
+    """One entry per gradient a node receives (per output of its forward op), each with ``.shape`` and ``.dtype``.
+
+    The only way to know how many gradients a node takes and what shape each must have
+    (the engine sums a broadcast gradient down to it); public ``next_functions`` describes
+    the node's inputs, not its outputs.
+    """
+    return fn._input_metadata
+
+
+# --------------------------------------------------------------------------- modes and pytrees
+# TorchDispatchMode (private module torch.utils._python_dispatch) sees every aten op with
+# its real tensors: the only way to measure a learner's peak allocation or op count in
+# pure Python. tree_leaves (torch.utils._pytree) flattens an op's nested arguments.
+# TorchFunctionMode is importable from torch.overrides but not in its documented API.
+TorchFunctionMode = torch.overrides.TorchFunctionMode
+
+
+# --------------------------------------------------------------------------- entry points the checkers switch off
+
+
+def functorch_transform_entry_points() -> tuple[Any, tuple[str, str]]:
+    """The module and the two context managers every ``torch.func`` transform enters.
+
+    ``torch.func.grad``, ``vjp``, ``jacrev``, ``hessian`` enter ``grad_increment_nesting``;
+    ``jvp``, ``jacfwd`` enter ``jvp_increment_nesting``. Replacing these two catches all
+    of them (also a transform imported under another name), which patching the public
+    names cannot.
+    """
+    from torch._functorch import eager_transforms
+
+    return eager_transforms, ("grad_increment_nesting", "jvp_increment_nesting")
+
+
+def engine_patch_points() -> list[tuple[Any, str]]:
+    """Where ``backward()`` and ``autograd.grad`` hand over to the C++ engine: ``(owner, attribute)`` pairs.
+
+    ``torch.autograd._engine_run_backward`` (also imported into ``torch.autograd.graph``)
+    and ``Variable._execution_engine``. Replacing them switches the engine off even for a
+    ``backward`` the learner imported earlier under another name. Pairs missing on the
+    installed torch are left out (the test says which).
+    """
+    points = [
+        (torch.autograd, "_engine_run_backward"),
+        (torch.autograd.graph, "_engine_run_backward"),
+        (torch.autograd.variable.Variable, "_execution_engine"),
+    ]
+    return [(owner, attr) for owner, attr in points if hasattr(owner, attr)]
+
+
+def execution_engine() -> Any:
+    """The C++ autograd engine object (``Variable._execution_engine``), to delegate to while it is replaced."""
+    return torch.autograd.variable.Variable._execution_engine
+
+
+# --------------------------------------------------------------------------- state_dict keys
+# Keys of public state_dicts that PyTorch names privately; shown in chapter 06's checkpoint table.
+SCALER_GROWTH_TRACKER_KEY = "_growth_tracker"  # GradScaler: steps since the scale last grew
+SCHEDULER_LAST_LR_KEY = "_last_lr"  # LRScheduler: the learning rates of the last step
+
+
+# The doctor watches which modules change behaviour with train()/eval(): the base classes of
+# Dropout and BatchNorm are private, and no public tuple of "mode-dependent modules" exists.
+MODE_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+
+# torch.nn.utils.clip_grad's private helper behind clip_grad_norm_ (the doctor wraps every
+# entry point a learner's clip can reach, this one too).
+CLIP_WITH_NORM_PRIVATE = "_clip_grads_with_norm_"
