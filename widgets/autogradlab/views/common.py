@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import html
-import traceback
 
 import ipywidgets as w
 import torch
@@ -81,10 +80,9 @@ def never_raises(redraw):
         try:
             return redraw(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 (shown, never swallowed silently)
-            where = traceback.extract_tb(exc.__traceback__)[-1]
             self.message.value = message_html(
-                f"{BUG}: {html.escape(type(exc).__name__)}: {html.escape(str(exc))} "
-                f"(at {html.escape(where.name)}, line {where.lineno}). Please report it with the settings above."
+                f"{BUG}: {html.escape(type(exc).__name__)}: {html.escape(str(exc))}. "
+                "Please report it with the settings above."
             )
             self.picture.value = ""
             if hasattr(self, "readout"):

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from autogradlab.models.experiments.common import as_record
 
+
 def new_figure(width: float = 5.5, height: float = 3.2) -> Figure:
     """A figure not registered with pyplot, so it is never shown twice or leaked."""
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
