@@ -2,13 +2,14 @@
 
 import pytest
 
+from autogradlab.models.token_accumulation import sweep
 from autogradlab.views import AccumulationLab
 
 
 def test_initial_state_and_repr():
     lab = AccumulationLab()
     assert repr(lab) == "AccumulationLab(K=4, reduction='mean', spread=0.5, dtype='float32')"
-    assert "relative error" in lab.readout.value and lab.picture.value[:4] == b"\x89PNG"
+    assert "relative error" in lab.readout.value and lab.picture.value.startswith("<svg")
     assert list(lab.k.options) == [1, 2, 3, 4, 6, 8, 12, 16]
 
 
@@ -30,11 +31,25 @@ def test_spread_zero_makes_equal_micro_batches():
     assert "Loss tokens per micro-batch: 192, 192, 192, 192 (window: 768)" in lab.readout.value
 
 
-def test_results_are_cached_per_setting():
+def test_results_are_cached_per_setting(monkeypatch):
+    import autogradlab.views.accumulation_lab as module
+
+    calls = []
+    monkeypatch.setattr(module, "_SWEEPS", {})
+    monkeypatch.setattr(module, "sweep", lambda *a, **k: calls.append(a) or sweep(*a, **k))
     lab = AccumulationLab()
     lab.k.value = 8
-    lab.k.value = 2
-    assert len(lab._cache) == 1
+    lab.k.value = 2  # K picks a point of the same sweep
+    assert len(calls) == 1
+    lab.dtype.value = "bfloat16"
+    lab.dtype.value = "float32"
+    AccumulationLab()  # a second lab (a re-run cell) reuses the sweeps too
+    assert calls == [("mean", 0.5, "float32"), ("mean", 0.5, "bfloat16")]
+
+
+def test_an_exact_zero_error_sits_on_the_exact_0_line():
+    lab = AccumulationLab(accum_steps=1, reduction="sum", dtype="float64")
+    assert "relative error 0.00e+00" in lab.readout.value and "exact 0" in lab.picture.value
 
 
 def test_bad_reduction_is_a_clear_error():

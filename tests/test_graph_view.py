@@ -28,7 +28,7 @@ def test_stepping_through_backward_with_buttons_and_slider():
     assert view.step.value == 1 and "MeanBackward0" in view.info.value and "norm 1" in view.info.value
     assert 'class="node op cur"' in view.picture.value and "‖g‖=1" in view.picture.value
     view.step.value = view.step.max
-    assert "Backward finished" in view.info.value and "0.weight.grad" in view.info.value
+    assert "Backward finished" in view.info.value and "0.weight.grad" in view.summary.value
     view.next_button.click()
     assert view.step.value == view.step.max
     view.prev_button.click()
@@ -117,3 +117,49 @@ def test_stepping_keeps_the_layout_still():
     before = where(view.picture.value)
     view.step.value = 4
     assert where(view.picture.value) == before and len(before) == 12
+
+
+def test_step_text_sits_under_the_stepper_and_the_grads_table_under_the_picture():
+    """Issue 17: at 1280×720 "Step k of n" was below the picture, out of sight while pressing ▶."""
+    net, loss = mlp_loss()
+    view = GraphView(loss, params=net)
+    order = list(view.children)
+    assert (
+        order.index(view.stepper) + 1 == order.index(view.info) < order.index(view.picture) < order.index(view.summary)
+    )
+    assert view.summary.value == ""
+    view.step.value = view.step.max
+    assert f"Step {view.step.max} of {view.step.max}" in view.info.value and "<table>" not in view.info.value
+    assert "Backward finished" in view.summary.value and "<table>" in view.summary.value
+    view.step.value = 3
+    assert view.summary.value == ""
+
+
+def test_arrows_label_is_a_widget_of_its_own():
+    """A ToggleButtons description wrapped above its buttons in a narrow output (issue 17)."""
+    net, loss = mlp_loss()
+    view = GraphView(loss, params=net)
+    labels = [c for row in view.toggles.children for c in getattr(row, "children", [row]) if hasattr(c, "value")]
+    assert view.direction.description == "" and any(getattr(c, "value", None) == "arrows:" for c in labels)
+    assert view.saved_box.layout.width == view.shapes_box.layout.width == "auto"
+
+
+def test_one_drawing_per_change_and_per_rebuild(monkeypatch):
+    import autogradlab.views.graph_view as module
+
+    calls = []
+    monkeypatch.setattr(module, "to_svg", lambda *a, **k: calls.append(1) or "<svg/>")
+    net, _ = mlp_loss()
+    x = torch.randn(5, 4)
+    view = GraphView(lambda: net(x).pow(2).mean(), params=net)
+    assert len(calls) == 1
+    for change in (
+        lambda: setattr(view.step, "value", view.step.max),
+        lambda: setattr(view.saved_box, "value", False),
+        view.prev_button.click,
+        view.next_button.click,
+        view.rebuild_button.click,
+    ):
+        calls.clear()
+        change()
+        assert len(calls) == 1

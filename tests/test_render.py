@@ -50,8 +50,15 @@ def test_every_kind_is_drawn_distinctly_with_a_legend():
     svg = to_svg(small_graph())
     kinds = node_groups(svg)
     assert kinds.count("output") == 1 and kinds.count("param") == 4 and kinds.count("op") >= 6
-    for text in ("output tensor", "backward op", "parameter (leaf)", "saved tensor", "stale (changed in place)",
-                 "freed by backward", "arrows: gradient flow (backward)"):
+    for text in (
+        "output tensor",
+        "backward op",
+        "parameter (leaf)",
+        "saved tensor",
+        "stale (changed in place)",
+        "freed by backward",
+        "arrows: gradient flow (backward)",
+    ):
         assert text in svg
     assert "0.weight" in svg and "2.bias" in svg
     assert 'class="saved ok"' in svg and "no grad needed" in svg
@@ -121,7 +128,7 @@ def test_layout_separates_boxes_and_edges_go_down():
     for spans in by_layer.values():
         spans.sort()
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
-    for arrow, route in zip(scene.arrows, lay.routes):
+    for route in lay.routes:
         assert route[0][1] < route[-1][1]  # gradient flows down the page
 
 
@@ -171,3 +178,13 @@ def test_badges_sharing_a_storage_are_marked():
     assert "result (5, 3) ≡1" in svg and "mat1 (5, 3) ≡1" in svg and "one storage, held once" in svg
     x = torch.randn(3, requires_grad=True)
     assert "≡" not in to_svg(capture(x.exp().sum()))
+
+
+def test_a_no_grad_input_is_a_visible_stub_attached_to_its_box():
+    """Issue 17: the "no grad needed" text floated with a 9 px pale stub; now a dashed elbow ends in a circle at the text."""
+    w = torch.randn(3, requires_grad=True)
+    svg = to_svg(capture((w * 2).sum() + (w.detach() * 3).sum(), params={"w": w}))
+    assert svg.count('<circle class="nograd"') >= 2  # one per stub, one in the legend
+    assert "no grad needed" in svg and "input that needs no grad (None in next_functions)" in svg
+    no_stub = to_svg(capture((w * w).sum(), params={"w": w}))
+    assert "nograd" not in no_stub.split("</style>")[1]  # no legend entry when no box has one

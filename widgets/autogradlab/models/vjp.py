@@ -230,7 +230,7 @@ def _check_compatible(op: Op, shapes: tuple[tuple[int, ...], ...], dim: int) -> 
 def make_inputs(op: Op, shapes: Sequence[tuple[int, ...]], seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Seeded float64 inputs of the given shapes (standard normal), so the same choice shows the same numbers."""
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes)
+    return tuple(torch.randn(tuple(shape), generator=gen, dtype=torch.float64) for shape in shapes)  # () too
 
 
 def jacobian(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], wrt: int) -> torch.Tensor:
@@ -280,7 +280,7 @@ def upstream(kind: str, shape: Sequence[int], *, index: int = 0, seed: int = 1) 
     """
     shape = tuple(shape)
     if kind == "random":
-        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)  # () too
     if kind == "ones":
         return torch.ones(shape, dtype=torch.float64)
     if kind == "one-hot":
@@ -338,3 +338,17 @@ def explore(
     return Exploration(
         op, shapes, dim, op.inputs[wrt_index], inputs, output.detach(), J, vector, by_jacobian, by_autograd, difference
     )
+
+
+def rounding_level(r: Exploration) -> float:
+    """How large rounding alone can make an entry of vᵀJ: the dtype's eps times the largest Σᵢ |vᵢ Jᵢⱼ|.
+
+    An entry of vᵀJ (or of autograd's VJP) within a small multiple of this is zero up to
+    rounding, whatever its printed digits: softmax with v = ones gives such entries.
+
+    >>> r = explore("softmax", [(2, 3)], v="ones")
+    >>> float(r.vjp_from_jacobian.abs().max()) < 10 * rounding_level(r)
+    True
+    """
+    terms = r.v.reshape(-1).abs() @ r.jacobian.abs()
+    return torch.finfo(r.jacobian.dtype).eps * float(terms.max()) if terms.numel() else 0.0

@@ -11,7 +11,7 @@ True
 from __future__ import annotations
 
 import shutil
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from autogradlab.graph.model import Graph
 from autogradlab.graph.nogc import paused_gc
@@ -58,8 +58,15 @@ def to_svg(
         raise ValueError(f"engine must be 'python' or 'dot', got {engine!r}")
     with paused_gc():
         scene = build_scene(
-            graph, saved=saved, shapes=shapes, collapse=collapse, expand=expand, max_nodes=max_nodes,
-            highlight=highlight, visited=visited, notes=notes,
+            graph,
+            saved=saved,
+            shapes=shapes,
+            collapse=collapse,
+            expand=expand,
+            max_nodes=max_nodes,
+            highlight=highlight,
+            visited=visited,
+            notes=notes,
         )
         return write_svg(scene, layout_scene(scene), direction=direction, legend=legend)
 

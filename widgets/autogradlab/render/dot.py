@@ -22,9 +22,11 @@ def to_digraph(graph: Graph, *, saved: bool = True, shapes: bool = True, directi
     """
     import graphviz
 
-    dot = graphviz.Digraph(graph_attr={"rankdir": "TB", "fontname": "monospace"},
-                           node_attr={"fontname": "monospace", "fontsize": "11", "style": "filled", "shape": "box"},
-                           edge_attr={"fontname": "monospace", "fontsize": "9", "color": style.EDGE})
+    dot = graphviz.Digraph(
+        graph_attr={"rankdir": "TB", "fontname": "monospace"},
+        node_attr={"fontname": "monospace", "fontsize": "11", "style": "filled", "shape": "box"},
+        edge_attr={"fontname": "monospace", "fontsize": "9", "color": style.EDGE},
+    )
     for node in graph.nodes:
         kind = node.kind if node.kind != "leaf" else ("param" if node.param_name else "leaf")
         fill, stroke = style.COLORS[kind]
@@ -37,8 +39,13 @@ def to_digraph(graph: Graph, *, saved: bool = True, shapes: bool = True, directi
             for k, s in enumerate(node.saved):
                 sfill, sstroke = style.COLORS[f"saved-{s.state}"]
                 sid = f"{node.id}s{k}"
-                dot.node(sid, f"{s.name} {format_shape(s.shape)}" + ("" if s.state == "ok" else f"\n{s.state}"),
-                         fillcolor=sfill, color=sstroke, fontsize="9")
+                dot.node(
+                    sid,
+                    f"{s.name} {format_shape(s.shape)}" + ("" if s.state == "ok" else f"\n{s.state}"),
+                    fillcolor=sfill,
+                    color=sstroke,
+                    fontsize="9",
+                )
                 dot.edge(sid, str(node.id), style="dotted", arrowhead="none")
     # Ranks follow gradient flow either way; "forward" only turns the arrowheads round.
     turn = {"dir": "back"} if direction == "forward" else {}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from autogradlab.graph.groups import module_groups
 from autogradlab.graph.model import Graph, Node, Saved, dtype_name, format_shape
-from autogradlab.units import format_bytes
 from autogradlab.render import style
+from autogradlab.units import format_bytes
 
 MAX_NODES = 150  # above this, collapse="auto" draws module groups
 NOTE_RESERVE = "‖g‖=0.00123"  # room kept for a gradient-norm note while stepping
@@ -37,8 +37,8 @@ class Box:
 
     @property
     def left(self) -> float:
-        # The stub text ends 3 px left of a stub 6 px inside the box's left edge.
-        stub = max(style.text_width(self.stub_text, small=True) - 1, 0.0) if self.stub_text else 0.0
+        # The stub leaves the box 8 px inside its left edge, turns left, and its text ends 5 px left of the edge.
+        stub = style.text_width(self.stub_text, small=True) + 5 if self.stub_text else 0.0
         return self.body_w / 2 + max(self.note_w + 6 if self.note or self.reserve_note else 0.0, stub)
 
     @property
@@ -99,11 +99,15 @@ def _node_box(node: Node, shapes: bool, saved: bool) -> Box:
         lines = [node.name] + ([_shape_text(node.shape, node.dtype)] if shapes and node.shape is not None else [])
         tip = f"{node.name}: forward result {_shape_text(node.shape, node.dtype)}"
         if len(node.output_shapes) > 1:
-            tip += f" (one of {len(node.output_shapes)} outputs: " + ", ".join(map(format_shape, node.output_shapes)) + ")"
+            tip += (
+                f" (one of {len(node.output_shapes)} outputs: " + ", ".join(map(format_shape, node.output_shapes)) + ")"
+            )
     if node.saved and saved:
         tip += "\nsaved for backward:\n" + "\n".join("  " + s.describe() for s in node.saved)
     if node.inputs_without_grad:
-        tip += f"\n{node.inputs_without_grad} input(s) need no gradient (next_functions holds None): no grad needed here"
+        tip += (
+            f"\n{node.inputs_without_grad} input(s) need no gradient (next_functions holds None): no grad needed here"
+        )
     box = Box(kind, lines, [node.id], tooltip=tip, no_grad=node.inputs_without_grad)
     if saved:
         box.saved = list(node.saved)
@@ -146,7 +150,9 @@ def build_scene(
     groups = module_groups(graph) if collapse else {}
     expanded = set(expand)
     group_order: list[str] = []
-    for n in sorted((n for n in graph.nodes if n.id in groups), key=lambda n: (n.forward_index is None, n.forward_index or 0, n.id)):
+    for n in sorted(
+        (n for n in graph.nodes if n.id in groups), key=lambda n: (n.forward_index is None, n.forward_index or 0, n.id)
+    ):
         if groups[n.id] not in group_order:
             group_order.append(groups[n.id])
     box_of: dict[int, int] = {}

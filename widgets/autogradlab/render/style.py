@@ -39,6 +39,7 @@ LEGEND = [
     ("saved-freed", "freed by backward"),
 ]
 
+
 def _kind_rules() -> str:
     rules = []
     for kind, (fill, stroke) in COLORS.items():
@@ -62,8 +63,9 @@ CSS = f"""
 .agl .saved.freed > rect, .agl rect.k-saved-freed {{ stroke-dasharray: 3 2; }}
 .agl .edge {{ fill: none; stroke: {EDGE}; stroke-width: 1.2; }}
 .agl .edge.hl {{ stroke: {HIGHLIGHT}; stroke-width: 2; }}
-.agl .nograd {{ stroke: #adb5bd; stroke-dasharray: 3 3; fill: none; }}
-.agl text.nogradtext {{ fill: #adb5bd; }}
+.agl .nograd {{ stroke: #868e96; stroke-width: 1.3; stroke-dasharray: 3 2; fill: none; }}
+.agl circle.nograd {{ stroke-dasharray: none; fill: #ffffff; }}
+.agl text.nogradtext {{ fill: #868e96; }}
 .agl .node.cur > rect {{ stroke: {HIGHLIGHT}; stroke-width: 3; }}
 .agl .node.done > rect {{ fill: {VISITED_FILL}; }}
 .agl .note {{ fill: {NOTE}; font-weight: bold; }}

@@ -24,13 +24,20 @@ def _path(points: list[tuple[float, float]], bend: float = 0.0) -> str:
 def _legend(kinds: list[tuple[str, str]], width: float, direction: str) -> tuple[list[str], float]:
     out: list[str] = []
     x, y = 0.0, 0.0
-    items = kinds + [("arrow", "arrows: gradient flow (backward)" if direction == "backward" else "arrows: data flow (forward)")]
+    items = kinds + [
+        ("arrow", "arrows: gradient flow (backward)" if direction == "backward" else "arrows: data flow (forward)")
+    ]
     for kind, text in items:
         item_w = 22 + style.text_width(text, small=True) + 14
         if x and x + item_w > width:
             x, y = 0.0, y + LEGEND_ROW
         if kind == "arrow":
             out.append(f'<path class="edge" d="M{x:.0f},{y + 7:.0f}h16" marker-end="url(#agl-arrow)"/>')
+        elif kind == "nograd":
+            out.append(
+                f'<path class="nograd" d="M{x + 16:.0f},{y + 2:.0f}v6h-12"/>'
+                f'<circle class="nograd" cx="{x + 2:.0f}" cy="{y + 8:.0f}" r="2"/>'
+            )
         elif kind == "shared":
             out.append(f'<text class="sm" x="{x + 2:.0f}" y="{y + 11:.0f}">≡k</text>')
             text = text.split(": ", 1)[1]
@@ -50,13 +57,18 @@ def _box(box: Box, cx: float, top: float, out: list[str]) -> None:
     rx = _RX.get(box.kind, h / 2)
     cls = f"node {box.kind} {box.classes}" if box.classes else f"node {box.kind}"
     esc = style.escape
-    out.append(f'<g class="{cls}"><title>{esc(box.tooltip)}</title>'
-               f'<rect x="{left:.0f}" y="{top:.0f}" width="{w:.0f}" height="{h:.0f}" rx="{rx:.0f}"/>')
+    out.append(
+        f'<g class="{cls}"><title>{esc(box.tooltip)}</title>'
+        f'<rect x="{left:.0f}" y="{top:.0f}" width="{w:.0f}" height="{h:.0f}" rx="{rx:.0f}"/>'
+    )
     y = top + style.PAD_Y + 11
     first = True
     for line in box.lines:
-        out.append(f'<text x="{cx:.0f}" y="{y:.0f}">{esc(line)}</text>' if first else
-                   f'<text class="sm" x="{cx:.0f}" y="{y:.0f}">{esc(line)}</text>')
+        out.append(
+            f'<text x="{cx:.0f}" y="{y:.0f}">{esc(line)}</text>'
+            if first
+            else f'<text class="sm" x="{cx:.0f}" y="{y:.0f}">{esc(line)}</text>'
+        )
         first = False
         y += style.LINE_H
     if box.badge_lines:
@@ -64,18 +76,24 @@ def _box(box: Box, cx: float, top: float, out: list[str]) -> None:
         by = top
         bw = f"{box.badge_w:.0f}"
         for (text, state), saved in zip(box.badge_lines, box.saved):
-            out.append(f'<g class="saved {state}"><title>{esc(saved.describe())}</title>'
-                       f'<rect x="{bx:.0f}" y="{by:.0f}" width="{bw}" height="{style.BADGE_H}" rx="2"/>'
-                       f'<text class="sm" x="{bx + 5:.0f}" y="{by + 12:.0f}">{esc(text)}</text></g>')
+            out.append(
+                f'<g class="saved {state}"><title>{esc(saved.describe())}</title>'
+                f'<rect x="{bx:.0f}" y="{by:.0f}" width="{bw}" height="{style.BADGE_H}" rx="2"/>'
+                f'<text class="sm" x="{bx + 5:.0f}" y="{by + 12:.0f}">{esc(text)}</text></g>'
+            )
             by += style.BADGE_H + style.BADGE_GAP
     if box.note:
         out.append(f'<text class="sm note e" x="{left - 6:.0f}" y="{top + h / 2 + 4:.0f}">{esc(box.note)}</text>')
     if box.no_grad:
-        # A dashed stub at the lower left: an input that needs no gradient (None in next_functions).
-        sx, sy = left + 6, top + h
-        out.append(f'<path class="nograd" d="M{sx:.0f},{sy:.0f}v9"/>')
+        # A dashed stub from the lower left, ending in an open circle: an input that needs no gradient
+        # (None in next_functions). The text sits at the stub's end, so it visibly belongs to this box.
+        sx, sy = left + 8, top + h
+        out.append(
+            f'<path class="nograd" d="M{sx:.0f},{sy:.0f}v8h-9"/>'
+            f'<circle class="nograd" cx="{sx - 11:.0f}" cy="{sy + 8:.0f}" r="2"/>'
+        )
         if box.stub_text:
-            out.append(f'<text class="sm e nogradtext" x="{sx - 3:.0f}" y="{sy + 11:.0f}">{box.stub_text}</text>')
+            out.append(f'<text class="sm e nogradtext" x="{sx - 16:.0f}" y="{sy + 12:.0f}">{box.stub_text}</text>')
     out.append("</g>")
 
 
@@ -88,9 +106,11 @@ def write_svg(scene: Scene, layout: Layout, *, direction: str = "backward", lege
         kinds = list(style.LEGEND) + ([("group", "module group (collapsed)")] if scene.collapsed else [])
         if scene.shared:
             kinds.append(("shared", "≡k: one storage, held once"))
+        if any(b.no_grad for b in scene.boxes):
+            kinds.append(("nograd", "input that needs no grad (None in next_functions)"))
         head, legend_h = _legend(kinds, max(width - 2 * MARGIN, MIN_LEGEND_WIDTH), direction)
         width = max(width, MIN_LEGEND_WIDTH + 2 * MARGIN)
-    height = layout.height + legend_h + 2 * MARGIN + 14  # room for no-grad stubs below the last row
+    height = layout.height + legend_h + 2 * MARGIN + 16  # room for no-grad stubs below the last row
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="agl" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">',
@@ -116,8 +136,10 @@ def write_svg(scene: Scene, layout: Layout, *, direction: str = "backward", lege
         bend = 14.0 * ((repeat + 1) // 2) * (1 if repeat % 2 else -1) if repeat else 0.0
         points = route if direction == "backward" else route[::-1]
         hl = arrow.highlight
-        out.append(f'<path class="edge{" hl" if hl else ""}" d="{_path(points, bend)}" '
-                   f'marker-end="url(#agl-arrow{"-hl" if hl else ""})"/>')
+        out.append(
+            f'<path class="edge{" hl" if hl else ""}" d="{_path(points, bend)}" '
+            f'marker-end="url(#agl-arrow{"-hl" if hl else ""})"/>'
+        )
         if arrow.label:
             # Near the lower end: edges fan out from one node but arrive at different ones.
             lower = route if route[-1][1] > route[0][1] else route[::-1]

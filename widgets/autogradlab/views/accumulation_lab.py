@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from autogradlab.models.token_accumulation import DTYPES, REDUCTIONS, micro_batch_tokens, sweep, token_batch, valid_accum_steps
-from autogradlab.views.plots import figure_png, new_figure
+from autogradlab.models.token_accumulation import (
+    DTYPES,
+    REDUCTIONS,
+    micro_batch_tokens,
+    sweep,
+    token_batch,
+    valid_accum_steps,
+)
+from autogradlab.render.chart import BLUE, CRIMSON, GRAY, Chart, power
+from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
-FLOOR = 1e-17  # an exact zero error is drawn here on the log axis
+FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
+WIDTH, HEIGHT = 860, 330
+# (reduction, spread, dtype, n_seqs) -> the K sweep, shared by every lab: the sweep is deterministic, a K move or
+# a second lab (a re-run cell) reuses it, and the control space bounds its size (4 × 5 × 3 settings per n_seqs).
+_SWEEPS: dict[tuple, list] = {}
 
 
 class AccumulationLab(w.VBox):
@@ -19,71 +31,129 @@ class AccumulationLab(w.VBox):
     True
     """
 
-    def __init__(self, accum_steps: int = 4, reduction: str = "mean", spread: float = 0.5, dtype: str = "float32",
-                 n_seqs: int = 48):
+    def __init__(
+        self,
+        accum_steps: int = 4,
+        reduction: str = "mean",
+        spread: float = 0.5,
+        dtype: str = "float32",
+        n_seqs: int = 48,
+    ):
         if reduction not in REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose one of {', '.join(REDUCTIONS)}")
         self.n_seqs = n_seqs
-        self._cache: dict[tuple, list] = {}
+        self._tokens: dict[tuple, tuple] = {}  # (spread, K) -> (tokens per micro-batch, window tokens)
         options = valid_accum_steps(n_seqs)
-        self.k = w.SelectionSlider(options=options, value=accum_steps if accum_steps in options else options[0],
-                                   description="K (micro-batches)", continuous_update=False,
-                                   style={"description_width": "initial"})
+        self.k = w.SelectionSlider(
+            options=options,
+            value=accum_steps if accum_steps in options else options[0],
+            description="K (micro-batches)",
+            continuous_update=True,
+            style={"description_width": "initial"},
+        )
         self.reduction = w.Dropdown(options=list(REDUCTIONS), value=reduction, description="reduction")
-        self.spread = w.FloatSlider(value=spread, min=0.0, max=1.0, step=0.25, description="length spread",
-                                    continuous_update=False, style={"description_width": "initial"})
+        self.spread = w.FloatSlider(
+            value=spread,
+            min=0.0,
+            max=1.0,
+            step=0.25,
+            description="length spread",
+            continuous_update=True,
+            style={"description_width": "initial"},
+        )
         self.dtype = w.Dropdown(options=list(DTYPES), value=dtype, description="dtype")
+        self.message = w.HTML()
         self.readout = w.HTML()
-        self.picture = w.Image(format="png")
+        self.picture = picture()
         for control in (self.k, self.reduction, self.spread, self.dtype):
             control.observe(self._redraw, names="value")
         rows = [w.HBox([self.k, self.spread]), w.HBox([self.reduction, self.dtype])]
-        super().__init__([*rows, self.readout, self.picture])
+        super().__init__([*rows, self.message, self.readout, self.picture])
         self._redraw()
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
-        return (f"AccumulationLab(K={self.k.value}, reduction={self.reduction.value!r}, "
-                f"spread={self.spread.value:g}, dtype={self.dtype.value!r})")
+        return (
+            f"AccumulationLab(K={self.k.value}, reduction={self.reduction.value!r}, "
+            f"spread={self.spread.value:g}, dtype={self.dtype.value!r})"
+        )
 
     def _results(self):
-        key = (self.reduction.value, self.spread.value, self.dtype.value)
-        if key not in self._cache:
-            self._cache[key] = sweep(*key, n_seqs=self.n_seqs)
-        return self._cache[key]
+        key = (self.reduction.value, self.spread.value, self.dtype.value, self.n_seqs)
+        if key not in _SWEEPS:
+            _SWEEPS[key] = sweep(*key[:3], n_seqs=self.n_seqs)
+        return _SWEEPS[key]
 
+    def _micro_tokens(self) -> tuple[list[int], int]:
+        key = (self.spread.value, self.k.value)
+        if key not in self._tokens:
+            batch = token_batch(n_seqs=self.n_seqs, spread=self.spread.value)
+            self._tokens[key] = (micro_batch_tokens(batch, self.k.value), batch.tokens)
+        return self._tokens[key]
+
+    @never_raises
     def _redraw(self, _change=None) -> None:
-        results = self._results()
+        try:
+            with one_thread():
+                results = self._results()
+                tokens, window = self._micro_tokens()
+        except ValueError as exc:  # a setting the model cannot run: say so
+            self.message.value = message_html(f"Cannot compute this setting: {exc}")
+            self.picture.value = self.readout.value = ""
+            return
         current = next(r for r in results if r.accum_steps == self.k.value)
-        ks = [r.accum_steps for r in results]
-        fig = new_figure(8.5, 3.0)
-        left, right = fig.subplots(1, 2)
-        left.semilogy(ks, [max(r.relative_error, FLOOR) for r in results], "o-")
-        left.semilogy([current.accum_steps], [max(current.relative_error, FLOOR)], "o", color="crimson", markersize=10)
-        left.set_xlabel("K (micro-batches per step)")
-        left.set_ylabel("‖g_acc − g_full‖ / ‖g_full‖")
-        left.set_title("relative error of the accumulated gradient", fontsize=10)
-        left.set_ylim(FLOOR / 10, 100)
-        right.plot(ks, [r.lr_factor for r in results], "o-")
-        right.plot([current.accum_steps], [current.lr_factor], "o", color="crimson", markersize=10)
-        right.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="1 (right)")
-        right.plot(ks, ks, color="gray", linestyle=":", linewidth=1, label="K (not divided by K)")
-        right.set_ylim(0, max(2.0, 1.15 * max(r.lr_factor for r in results)))
-        right.legend(loc="upper left", fontsize=8)
-        right.set_xlabel("K (micro-batches per step)")
-        right.set_ylabel("c in g_acc ≈ c · g_full")
-        right.set_title("effective learning-rate factor", fontsize=10)
-        for ax in (left, right):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ks, [str(k) for k in ks])
-            ax.minorticks_off()
-            ax.grid(alpha=0.3)
-        self.picture.value = figure_png(fig)
-        batch = token_batch(n_seqs=self.n_seqs, spread=self.spread.value)
-        tokens = micro_batch_tokens(batch, self.k.value)
+        self.picture.value = self._draw(results, current)
+        self.message.value = ""
         shown = ", ".join(map(str, tokens[:8])) + (", …" if len(tokens) > 8 else "")
-        self.readout.value = (
-            f"K = {current.accum_steps}, {current.reduction}, {current.dtype}: "
-            f"<b>relative error {current.relative_error:.2e}</b>, "
-            f"<b>effective learning-rate factor {current.lr_factor:.2f}</b>. "
-            f"Loss tokens per micro-batch: {shown} (window: {batch.tokens})."
+        self.readout.value = readout(
+            f"K = {current.accum_steps}, {current.reduction}, {current.dtype}",
+            f"<b>relative error {current.relative_error:.2e}</b>",
+            f"<b>effective learning-rate factor {current.lr_factor:.2f}</b>",
+            f"Loss tokens per micro-batch: {shown} (window: {window}).",
         )
+
+    @staticmethod
+    def _draw(results, current) -> str:
+        ks = [r.accum_steps for r in results]
+        chart = Chart(WIDTH, HEIGHT)
+        chart.legend(
+            80,
+            4,
+            [
+                ("line", BLUE, "every K"),
+                ("marker", CRIMSON, "your K"),
+                ("line", GRAY, "1 (right)", "5 4"),
+                ("line", GRAY, "K (not divided by K)", "2 3"),
+            ],
+        )
+        x_ticks = [(k, str(k)) for k in ks]
+        xlim = (ks[0] / 1.25, ks[-1] * 1.25)
+
+        left = chart.panel(80, 56, 310, 214, xlim=xlim, ylim=(FLOOR / 10**1.5, 100.0), xlog=True, ylog=True)
+        errors = [max(r.relative_error, FLOOR) for r in results]
+        left.line(ks, errors, color=BLUE)
+        left.markers(ks, errors, color=BLUE, size=3.5)
+        left.markers([current.accum_steps], [max(current.relative_error, FLOOR)], color=CRIMSON, size=6)
+        y_ticks = [(FLOOR, "exact 0")] + [(10.0**e, power(10, e)) for e in (-15, -10, -5, 0)]
+        left.axes(
+            xlabel="K (micro-batches per step)",
+            ylabel="‖g_acc − g_full‖ / ‖g_full‖",
+            title="relative error of the accumulated gradient",
+            xticks=x_ticks,
+            yticks=y_ticks,
+        )
+
+        factors = [r.lr_factor for r in results]
+        top = max(2.0, 1.15 * max(factors))
+        right = chart.panel(530, 56, 310, 214, xlim=xlim, ylim=(0.0, top), xlog=True)
+        right.line(ks, factors, color=BLUE)
+        right.markers(ks, factors, color=BLUE, size=3.5)
+        right.hline(1.0, color=GRAY, dash="5 4")  # the references on top: the factor may run along either
+        right.line(ks, ks, color=GRAY, dash="2 3", width=1.4)
+        right.markers([current.accum_steps], [current.lr_factor], color=CRIMSON, size=6)
+        right.axes(
+            xlabel="K (micro-batches per step)",
+            ylabel="c in g_acc ≈ c · g_full",
+            title="effective learning-rate factor",
+            xticks=x_ticks,
+        )
+        return chart.svg()

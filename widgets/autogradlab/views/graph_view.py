@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import html
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ipywidgets as w
 
-from autogradlab.units import format_bytes
 from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_shape, record_backward
 from autogradlab.render import MAX_NODES, build_scene, to_svg
+from autogradlab.units import format_bytes
+from autogradlab.views.common import PICTURE_CLASS, never_raises
 
 
 class GraphView(w.VBox):
@@ -30,27 +32,58 @@ class GraphView(w.VBox):
     True
     """
 
-    def __init__(self, source: Any, params: Any = None, *, saved: bool = True, shapes: bool = True,
-                 direction: str = "backward", max_nodes: int = MAX_NODES):
+    def __init__(
+        self,
+        source: Any,
+        params: Any = None,
+        *,
+        saved: bool = True,
+        shapes: bool = True,
+        direction: str = "backward",
+        max_nodes: int = MAX_NODES,
+    ):
         self.params = params
         self.max_nodes = max_nodes
         self.graph: Graph | None = None
         self.record: BackwardRecord | None = None
         self._builder: Callable | None = None
 
-        self.saved_box = w.Checkbox(value=saved, description="saved tensors", indent=False)
-        self.shapes_box = w.Checkbox(value=shapes, description="shapes", indent=False)
-        self.direction = w.ToggleButtons(options=[("gradient flow", "backward"), ("data flow", "forward")],
-                                         value=direction, description="arrows", style={"button_width": "110px"})
-        self.step = w.IntSlider(value=0, min=0, max=0, description="backward step", continuous_update=False,
-                                style={"description_width": "initial"})
+        self._quiet = False  # True while show() sets controls: one redraw at its end, not one per control
+        # width auto: each control as wide as its content, so "arrows" stays on the line of its buttons
+        self.saved_box = w.Checkbox(
+            value=saved, description="saved tensors", indent=False, layout=w.Layout(width="auto", margin="0 24px 0 0")
+        )
+        self.shapes_box = w.Checkbox(
+            value=shapes, description="shapes", indent=False, layout=w.Layout(width="auto", margin="0 24px 0 0")
+        )
+        # The label is a widget of its own: a ToggleButtons description wraps above the buttons when space is short.
+        self.direction = w.ToggleButtons(
+            options=[("gradient flow", "backward"), ("data flow", "forward")],
+            value=direction,
+            layout=w.Layout(width="auto"),
+            style={"button_width": "110px"},
+        )
+        arrows = w.Label("arrows:", layout=w.Layout(width="auto", margin="0 6px 0 0"))
+        self.step = w.IntSlider(
+            value=0,
+            min=0,
+            max=0,
+            description="backward step",
+            continuous_update=True,
+            style={"description_width": "initial"},
+        )
         self.prev_button = w.Button(description="◀", tooltip="previous backward step", layout=w.Layout(width="40px"))
         self.next_button = w.Button(description="▶", tooltip="next backward step", layout=w.Layout(width="40px"))
         self.rebuild_button = w.Button(description="↻ rebuild graph", tooltip="run the function again")
         self.expand = w.SelectMultiple(options=[], description="expand", rows=4)
         self.message = w.HTML()
-        self.picture = w.HTML(layout=w.Layout(overflow="auto", max_height="700px", border="1px solid #dee2e6"))
-        self.info = w.HTML()
+        # At most about a screen high (it scrolls inside), so the step text above stays in view while stepping.
+        self.picture = w.HTML(
+            layout=w.Layout(overflow="auto", max_height="min(700px, 70vh)", border="1px solid #dee2e6")
+        )
+        self.picture.add_class(PICTURE_CLASS)
+        self.info = w.HTML()  # "Step k of n": right under the ▶ button
+        self.summary = w.HTML()  # the leaves' .grad after the last step, under the picture
         self.memory = w.HTML()
 
         for control in (self.saved_box, self.shapes_box, self.direction, self.step, self.expand):
@@ -58,9 +91,16 @@ class GraphView(w.VBox):
         self.prev_button.on_click(lambda _: self._move(-1))
         self.next_button.on_click(lambda _: self._move(+1))
         self.rebuild_button.on_click(lambda _: self.show(self._builder) if self._builder else None)
-        self.toggles = w.HBox([self.saved_box, self.shapes_box, self.direction])
-        self.stepper = w.HBox([self.prev_button, self.step, self.next_button, self.rebuild_button])
-        super().__init__([self.message, self.toggles, self.stepper, self.expand, self.picture, self.info, self.memory])
+        self.toggles = w.HBox(
+            [self.saved_box, self.shapes_box, w.HBox([arrows, self.direction])],
+            layout=w.Layout(flex_flow="row wrap", align_items="center"),
+        )
+        self.stepper = w.HBox(
+            [self.prev_button, self.step, self.next_button, self.rebuild_button], layout=w.Layout(flex_flow="row wrap")
+        )
+        super().__init__(
+            [self.message, self.toggles, self.stepper, self.info, self.expand, self.picture, self.summary, self.memory]
+        )
         self.show(source)
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
@@ -97,20 +137,28 @@ class GraphView(w.VBox):
             return
         del output  # the view keeps plain data only, never the tensors (or their activations)
         scene = build_scene(self.graph, max_nodes=self.max_nodes)
-        self.expand.options = scene.groups if scene.collapsed else []
-        self.expand.layout.display = None if scene.collapsed else "none"
         steps = len(self.record.steps) if self.record and not self.record.error else 0
-        self.step.max = steps
-        self.step.value = 0
-        for control in (self.step, self.prev_button, self.next_button):
-            control.disabled = steps == 0
+        self._quiet = True
+        try:
+            self.expand.options = scene.groups if scene.collapsed else []
+            self.expand.layout.display = None if scene.collapsed else "none"
+            self.step.value = 0
+            self.step.max = steps
+            for control in (self.step, self.prev_button, self.next_button):
+                control.disabled = steps == 0
+        finally:
+            self._quiet = False
         self.message.value = self._status()
         self.memory.value = self._memory()
         self._redraw()
 
     @staticmethod
     def _describe_problem(output: Any) -> str | None:
-        items = output if isinstance(output, (tuple, list)) and output and all(hasattr(o, "grad_fn") for o in output) else [output]
+        items = (
+            output
+            if isinstance(output, (tuple, list)) and output and all(hasattr(o, "grad_fn") for o in output)
+            else [output]
+        )
         for item in items:
             problem = describe_ungraphable(item)
             if problem:
@@ -123,7 +171,7 @@ class GraphView(w.VBox):
         self.toggles.layout.display = self.picture.layout.display = "none"
         # A function can be fixed and rebuilt: keep its button visible.
         self.stepper.layout.display = None if self._builder else "none"
-        self.info.value = self.memory.value = ""
+        self.info.value = self.summary.value = self.memory.value = ""
         self.step.max, self.step.value = 0, 0
         self.expand.options = []
         self.expand.layout.display = "none"
@@ -134,12 +182,16 @@ class GraphView(w.VBox):
         assert self.graph is not None
         lines = []
         for node, saved in self.graph.stale:
-            lines.append(f"⚠ <b>{html.escape(node.name)}</b> saved <code>{html.escape(saved.name)}</code>, "
-                         f"which was {html.escape(saved.note.removeprefix('STALE: '))}.")
+            lines.append(
+                f"⚠ <b>{html.escape(node.name)}</b> saved <code>{html.escape(saved.name)}</code>, "
+                f"which was {html.escape(saved.note.removeprefix('STALE: '))}."
+            )
         if self.graph.freed:
-            lines.append("⚠ This graph was already freed by <code>backward()</code>: its saved tensors are gone, so "
-                         "backward cannot run through it again. Re-run the cell that builds it (or call "
-                         "<code>backward(retain_graph=True)</code> to keep it).")
+            lines.append(
+                "⚠ This graph was already freed by <code>backward()</code>: its saved tensors are gone, so "
+                "backward cannot run through it again. Re-run the cell that builds it (or call "
+                "<code>backward(retain_graph=True)</code> to keep it)."
+            )
         elif self.record and self.record.error:
             lines.append(f"Backward fails here: <code>{html.escape(self.record.error)}</code>")
         if not lines:
@@ -153,13 +205,17 @@ class GraphView(w.VBox):
         live = [s for _, s in pairs if s.state != "freed"]
         storages = {s.storage for s in live if s.storage is not None}
         total, activations = g.saved_bytes(), g.activation_bytes()
-        text = (f"<b>Saved for backward:</b> {len(live)} tensors in {len(storages)} storages, "
-                f"{format_bytes(total)} (shared storage counted once); {format_bytes(activations)} of it exists only "
-                f"for backward (activations), the rest is parameters or inputs you hold anyway.")
+        text = (
+            f"<b>Saved for backward:</b> {len(live)} tensors in {len(storages)} storages, "
+            f"{format_bytes(total)} (shared storage counted once); {format_bytes(activations)} of it exists only "
+            f"for backward (activations), the rest is parameters or inputs you hold anyway."
+        )
         hidden = sum(1 for s in live if s.storage is None)
         if hidden:
-            text += (f" {hidden} saved tensor(s) were packed by a saved_tensors_hooks hook (checkpointing, "
-                     "offloading): their memory is not counted here.")
+            text += (
+                f" {hidden} saved tensor(s) were packed by a saved_tensors_hooks hook (checkpointing, "
+                "offloading): their memory is not counted here."
+            )
         return text
 
     # -- drawing ---------------------------------------------------------------------------
@@ -167,8 +223,9 @@ class GraphView(w.VBox):
     def _move(self, delta: int) -> None:
         self.step.value = min(max(self.step.value + delta, 0), self.step.max)
 
+    @never_raises
     def _redraw(self, _change: Any = None) -> None:
-        if self.graph is None:
+        if self.graph is None or self._quiet:
             return
         highlight, visited, notes = None, [], {}
         k = self.step.value
@@ -180,27 +237,41 @@ class GraphView(w.VBox):
         if k:
             highlight = steps[k - 1].node_id
         self.picture.value = to_svg(
-            self.graph, saved=self.saved_box.value, shapes=self.shapes_box.value, direction=self.direction.value,
-            expand=self.expand.value, max_nodes=self.max_nodes, highlight=highlight, visited=visited, notes=notes,
+            self.graph,
+            saved=self.saved_box.value,
+            shapes=self.shapes_box.value,
+            direction=self.direction.value,
+            expand=self.expand.value,
+            max_nodes=self.max_nodes,
+            highlight=highlight,
+            visited=visited,
+            notes=notes,
         )
         self.info.value = self._step_text(k, steps)
+        self.summary.value = self._grads_table() if steps and k == len(steps) else ""
 
     def _step_text(self, k: int, steps: list) -> str:
         if not steps:
             return ""
         if k == 0:
-            return (f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
-                    "the output with gradient 1 (ones for a non-scalar output).")
-        s = steps[k - 1]
-        shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
-        norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
-        text = f"Step {k} of {len(steps)}: <b>{html.escape(s.name)}</b> ran; the gradient arriving had {norm}, shape {shapes}."
-        node = self.graph.node(s.node_id)
-        if node.kind == "leaf":
-            text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
-        if k == len(steps):
-            text += "<br>" + self._grads_table()
-        return text
+            text = (
+                f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
+                "the output with gradient 1 (ones for a non-scalar output)."
+            )
+        else:
+            s = steps[k - 1]
+            shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
+            norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
+            text = (
+                f"<b>Step {k} of {len(steps)}</b>: <b>{html.escape(s.name)}</b> ran; the gradient arriving had "
+                f"{norm}, shape {shapes}."
+            )
+            node = self.graph.node(s.node_id)
+            if node.kind == "leaf":
+                text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
+            if k == len(steps):
+                text += " Backward finished: the leaves' <code>.grad</code> are in the table under the graph."
+        return f'<div style="line-height:1.5;margin:2px 0">{text}</div>'
 
     def _grads_table(self) -> str:
         rows = []
@@ -209,7 +280,11 @@ class GraphView(w.VBox):
             if grad is None:
                 continue
             name = html.escape(node.param_name or f"leaf {node.id}")
-            rows.append(f"<tr><td><code>{name}.grad</code></td><td>{format_shape(tuple(grad.shape))}</td>"
-                        f"<td>{float(grad.double().norm()):.4g}</td></tr>")
-        return ("<b>Backward finished.</b> The leaves' <code>.grad</code> after this pass:"
-                "<table><tr><th>tensor</th><th>shape</th><th>norm</th></tr>" + "".join(rows) + "</table>")
+            rows.append(
+                f"<tr><td><code>{name}.grad</code></td><td>{format_shape(tuple(grad.shape))}</td>"
+                f"<td>{float(grad.double().norm()):.4g}</td></tr>"
+            )
+        return (
+            "<b>Backward finished.</b> The leaves' <code>.grad</code> after this pass:"
+            "<table><tr><th>tensor</th><th>shape</th><th>norm</th></tr>" + "".join(rows) + "</table>"
+        )

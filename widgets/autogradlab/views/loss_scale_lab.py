@@ -15,9 +15,12 @@ from autogradlab.models.loss_scale import (
     fp16_fate,
     simulate,
 )
-from autogradlab.views.plots import figure_png, new_figure
+from autogradlab.render.chart import BLUE, CRIMSON, GRAY, ORANGE, PURPLE, Chart, bin_counts
+from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
 
-_BINS = [float(b) for b in range(-50, 22)]
+_EDGES = [float(b) for b in range(-50, 22)]  # log₂|g| bins: fp16's whole range and some room on both sides
+WIDTH, HEIGHT = 880, 350
+_CACHE_SIZE = 64
 
 
 class LossScaleLab(w.VBox):
@@ -32,81 +35,175 @@ class LossScaleLab(w.VBox):
     True
     """
 
-    def __init__(self, grads: torch.Tensor | None = None, steps: int = 2000, init_scale_log2: int = 16,
-                 growth_interval: int = 100, backoff_factor: float = 0.5, overflow_rate: float = 0.0, seed: int = 0):
-        grads = example_gradients() if grads is None else grads.detach().abs().reshape(-1)
+    def __init__(
+        self,
+        grads: torch.Tensor | None = None,
+        steps: int = 2000,
+        init_scale_log2: int = 16,
+        growth_interval: int = 100,
+        backoff_factor: float = 0.5,
+        overflow_rate: float = 0.0,
+        seed: int = 0,
+    ):
+        with one_thread():
+            grads = example_gradients() if grads is None else grads.detach().abs().reshape(-1)
         self.grads = grads[grads > 0].double()
         if self.grads.numel() == 0:
             raise ValueError("LossScaleLab needs at least one nonzero gradient magnitude")
         self.log2_grads = torch.log2(self.grads)
         self.steps, self.seed = int(steps), seed
+        # Results that no control changes, computed once: the unscaled fate and histogram, the largest gradient.
+        with one_thread():
+            self._unscaled = fp16_fate(self.grads, 1.0)
+        self._log2_list = self.log2_grads.tolist()
+        self._unscaled_counts = bin_counts(self._log2_list, _EDGES)
+        self._grad_max = float(self.grads.max())
+        self._traces: dict[tuple, object] = {}
         style = {"description_width": "initial"}
-        self.init_scale = w.IntSlider(value=init_scale_log2, min=0, max=32, description="initial scale 2^", style=style, continuous_update=False)
-        self.growth_interval = w.IntSlider(value=growth_interval, min=1, max=2000, description="growth interval", style=style, continuous_update=False)
-        self.backoff = w.FloatSlider(value=backoff_factor, min=0.1, max=0.9, step=0.05, description="backoff factor", style=style, continuous_update=False)
-        self.overflow_rate = w.FloatSlider(value=overflow_rate, min=0.0, max=0.05, step=0.001, readout_format=".3f",
-                                           description="injected overflow rate", style=style, continuous_update=False)
+        self.init_scale = w.IntSlider(value=init_scale_log2, min=0, max=32, description="initial scale 2^", style=style)
+        self.growth_interval = w.IntSlider(
+            value=growth_interval, min=1, max=2000, description="growth interval", style=style
+        )
+        self.backoff = w.FloatSlider(
+            value=backoff_factor, min=0.1, max=0.9, step=0.05, description="backoff factor", style=style
+        )
+        self.overflow_rate = w.FloatSlider(
+            value=overflow_rate,
+            min=0.0,
+            max=0.05,
+            step=0.001,
+            readout_format=".3f",
+            description="injected overflow rate",
+            style=style,
+        )
+        self.message = w.HTML()
         self.readout = w.HTML()
-        self.picture = w.Image(format="png")
+        self.picture = picture()
         self.trace = None
         for control in (self.init_scale, self.growth_interval, self.backoff, self.overflow_rate):
             control.observe(self._redraw, names="value")
-        super().__init__([
-            w.HBox([self.init_scale, self.growth_interval]),
-            w.HBox([self.backoff, self.overflow_rate]),
-            self.readout,
-            self.picture,
-        ])
+        super().__init__(
+            [
+                w.HBox([self.init_scale, self.growth_interval]),
+                w.HBox([self.backoff, self.overflow_rate]),
+                self.message,
+                self.readout,
+                self.picture,
+            ]
+        )
         self._redraw()
 
     def __repr__(self) -> str:  # short and stable: shown only where widgets cannot render
-        return (f"LossScaleLab(init_scale=2**{self.init_scale.value}, growth_interval={self.growth_interval.value}, "
-                f"backoff={self.backoff.value:g}, overflow_rate={self.overflow_rate.value:g})")
+        return (
+            f"LossScaleLab(init_scale=2**{self.init_scale.value}, growth_interval={self.growth_interval.value}, "
+            f"backoff={self.backoff.value:g}, overflow_rate={self.overflow_rate.value:g})"
+        )
 
+    def _simulate(self):
+        key = (self.init_scale.value, self.growth_interval.value, self.backoff.value, self.overflow_rate.value)
+        if key not in self._traces:
+            if len(self._traces) >= _CACHE_SIZE:
+                self._traces.pop(next(iter(self._traces)))
+            self._traces[key] = simulate(
+                self.steps,
+                init_scale=2.0**self.init_scale.value,
+                growth_interval=self.growth_interval.value,
+                backoff_factor=self.backoff.value,
+                overflow_rate=self.overflow_rate.value,
+                grad_max=self._grad_max,
+                seed=self.seed,
+            )
+        return self._traces[key]
+
+    @never_raises
     def _redraw(self, _change=None) -> None:
         try:
-            self.trace = simulate(
-                self.steps, init_scale=2.0 ** self.init_scale.value, growth_interval=self.growth_interval.value,
-                backoff_factor=self.backoff.value, overflow_rate=self.overflow_rate.value,
-                grad_max=float(self.grads.max()), seed=self.seed,
-            )
+            with one_thread():
+                self.trace = trace = self._simulate()
         except ValueError as exc:  # shown in the view, never as a traceback
-            self.readout.value = f"<b>Cannot simulate:</b> {exc}"
+            self.trace = None
+            self.message.value = message_html(f"Cannot simulate: {exc}")
+            self.picture.value = self.readout.value = ""
             return
-        trace = self.trace
-        final = fp16_fate(self.grads, trace.final_scale)
-        unscaled = fp16_fate(self.grads, 1.0)
         skipped = trace.skipped_steps
-        self.readout.value = (
-            f"skipped <b>{len(skipped)}</b> of {self.steps} steps &nbsp;·&nbsp; final scale "
-            f"<b>2^{math.log2(trace.final_scale):.4g}</b> &nbsp;·&nbsp; at the final scale "
-            f"<b>{100 * final['zero']:.1f}%</b> of gradients flush to 0, {100 * final['subnormal']:.1f}% are subnormal "
-            f"&nbsp;·&nbsp; without scaling {100 * unscaled['zero']:.1f}% flush to 0"
+        zero_at = next((i for i, s in enumerate(trace.scales) if s == 0.0), None)
+        if zero_at is None and trace.final_scale == 0.0:
+            zero_at = len(trace.scales)
+        if zero_at is not None:
+            self.message.value = message_html(
+                f"The scale fell to 0 at step {zero_at}: float32 cannot hold a scale below about 2^−149, so repeated "
+                f"backoffs by {self.backoff.value:g} rounded it to 0, and 0 × growth factor stays 0. From there on every "
+                "scaled gradient is 0: nothing left to show on the right. Raise the backoff factor or lower the "
+                "overflow rate."
+            )
+            final = fp16_fate(self.grads, 0.0)
+            scale_text = "<b>0</b> (underflowed)"
+        else:
+            self.message.value = ""
+            final = fp16_fate(self.grads, trace.final_scale)
+            scale_text = f"<b>2^{math.log2(trace.final_scale):.4g}</b>"
+        self.readout.value = readout(
+            f"skipped <b>{len(skipped)}</b> of {self.steps} steps",
+            f"final scale {scale_text}",
+            f"at the final scale <b>{100 * final['zero']:.1f}%</b> of gradients flush to 0, "
+            f"{100 * final['subnormal']:.1f}% are subnormal",
+            f"without scaling {100 * self._unscaled['zero']:.1f}% flush to 0",
         )
-        self.picture.value = figure_png(self._figure())
+        self.picture.value = self._draw(trace, zero_at)
 
-    def _figure(self):
-        trace = self.trace
-        fig = new_figure(9.5, 3.3)
-        left, right = fig.subplots(1, 2, width_ratios=[1.2, 1])
-        steps = list(range(len(trace.scales)))
-        left.step(steps, [math.log2(s) for s in trace.scales], where="post", label="scale used by the step")
+    def _draw(self, trace, zero_at: int | None) -> str:
+        chart = Chart(WIDTH, HEIGHT)
         skipped = trace.skipped_steps
-        if skipped:
-            left.plot(skipped, [math.log2(trace.scales[i]) for i in skipped], "x", color="crimson", ms=5,
-                      label=f"skipped step ({len(skipped)})")
-        left.set_xlabel("step")
-        left.set_ylabel("log₂ scale")
-        left.legend(loc="lower right", fontsize=8)
-        left.grid(alpha=0.3)
+        scales = trace.scales[:zero_at] if zero_at is not None else trace.scales
+        logs = [math.log2(s) for s in scales] or [0.0]  # scales[0] ≥ 2⁰: a zero comes only after a backoff
+        lo, hi = min(logs), max(logs)
+        pad = max(1.0, 0.08 * (hi - lo))
+        n = len(trace.scales)
+        left = chart.panel(66, 64, 360, 226, xlim=(0, max(n - 1, 1)), ylim=(lo - pad, hi + pad))
+        chart.legend(
+            66,
+            4,
+            [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
+            width=360,
+        )
+        steps = list(range(len(scales)))
+        left.line(steps, logs, color=BLUE, step=True)
+        shown = [i for i in skipped if zero_at is None or i < zero_at]
+        left.markers(shown, [logs[i] for i in shown], color=CRIMSON, shape="x", size=3.5)
+        if zero_at is not None:
+            x = min(zero_at, n - 1)
+            left.line([x - 1, x, x], [logs[-1], logs[-1], lo - 2 * pad], color=CRIMSON, width=2)
+            left.label(
+                x, lo - pad / 2, f"scale = 0 from step {zero_at}", color=CRIMSON, anchor="end", dx=-6, weight="600"
+            )
+        left.axes(xlabel="step", ylabel="log₂ scale", title="the loss scale over the run")
 
-        shifted = (self.log2_grads + math.log2(trace.final_scale)).clamp(_BINS[0], _BINS[-1]).numpy()
-        right.axvspan(_BINS[0], math.log2(FP16_MIN_SUBNORMAL) - 1, color="crimson", alpha=0.12, label="flushed to 0")
-        right.axvspan(math.log2(FP16_MIN_SUBNORMAL) - 1, math.log2(FP16_MIN_NORMAL), color="orange", alpha=0.15, label="subnormal")
-        right.axvspan(math.log2(FP16_MAX), _BINS[-1], color="purple", alpha=0.12, label="inf")
-        right.hist(self.log2_grads.clamp(_BINS[0], _BINS[-1]).numpy(), bins=_BINS, color="gray", alpha=0.35, label="|g| (scale 1)")
-        right.hist(shifted, bins=_BINS, color="tab:blue", alpha=0.8, label="|g| × final scale")
-        right.set_xlabel("log₂ |gradient| in fp16")
-        right.set_ylabel("count")
-        right.legend(loc="upper left", fontsize=7)
-        return fig
+        right_items = [
+            ("patch", CRIMSON, "flushed to 0", 0.15),
+            ("patch", ORANGE, "subnormal", 0.2),
+            ("patch", PURPLE, "inf", 0.15),
+            ("patch", GRAY, "|g| (scale 1)", 0.4),
+            ("patch", BLUE, "|g| × final scale", 0.8),
+        ]
+        shift = math.log2(trace.final_scale) if trace.final_scale > 0 else None
+        counts = bin_counts([v + shift for v in self._log2_list], _EDGES) if shift is not None else []
+        top = 1.1 * max(self._unscaled_counts + counts)
+        right = chart.panel(504, 64, 360, 226, xlim=(_EDGES[0], _EDGES[-1]), ylim=(0, top))
+        chart.legend(504, 4, right_items, width=360)
+        zero_edge = math.log2(FP16_MIN_SUBNORMAL) - 1  # below half the smallest subnormal, a value rounds to 0
+        right.vband(_EDGES[0], zero_edge, CRIMSON, 0.12)
+        right.vband(zero_edge, math.log2(FP16_MIN_NORMAL), ORANGE, 0.15)
+        right.vband(math.log2(FP16_MAX), _EDGES[-1], PURPLE, 0.12)
+        right.stairs(self._unscaled_counts, _EDGES, GRAY, 0.4)
+        if shift is not None:
+            right.stairs(counts, _EDGES, BLUE, 0.75)
+        else:
+            right.note("final scale 0: every scaled gradient is 0")
+        x_ticks = [(float(v), str(v).replace("-", "−")) for v in range(-50, 21, 10)]
+        right.axes(
+            xlabel="log₂ |gradient| in fp16",
+            ylabel="count",
+            xticks=x_ticks,
+            title="where |g| lands in fp16 at the final scale",
+        )
+        return chart.svg()

@@ -7,9 +7,10 @@ import html
 import ipywidgets as w
 
 from autogradlab.models.train_state import STATE_TITLES, StepSession
+from autogradlab.views.common import PICTURE_CLASS
 
 _CHANGED = "background:#ffe58a;font-weight:600"
-_CELL = "padding:2px 8px;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
+_CELL = "padding:2px 8px;line-height:1.4;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
 
 
 class TrainStepInspector(w.VBox):
@@ -32,6 +33,7 @@ class TrainStepInspector(w.VBox):
         self.listing = w.HTML()
         self.status = w.HTML()
         self.table = w.HTML()
+        self.table.add_class(PICTURE_CLASS)
         self.next_button.on_click(self._next)
         self.run_button.on_click(self._run)
         self.reset_button.on_click(self._reset)
@@ -40,7 +42,9 @@ class TrainStepInspector(w.VBox):
         try:
             self.session = StepSession(step, setup)
         except (TypeError, ValueError) as exc:  # a bad learner function: say so in the view
-            self.status.value = _message(f"Cannot step through {html.escape(self._name)}: {html.escape(str(exc))}", error=True)
+            self.status.value = _message(
+                f"Cannot step through {html.escape(self._name)}: {html.escape(str(exc))}", error=True
+            )
         controls = w.HBox([self.next_button, self.run_button, self.reset_button])
         self.table.layout.margin = "0 0 0 16px"
         body = w.HBox([self.listing, self.table], layout=w.Layout(align_items="flex-start", flex_flow="row wrap"))
@@ -96,7 +100,7 @@ def _listing(session: StepSession) -> str:
     rows = []
     ran = len(session.history)
     for i, line in enumerate(session.lines):
-        style = "padding:1px 6px;white-space:pre;font-family:monospace;font-size:12px"
+        style = "padding:1px 6px;line-height:1.5;white-space:pre;font-family:monospace;font-size:12px"
         if i == ran - 1:
             style += ";background:#ffcdd2" if session.error else ";background:#ffe58a"
         elif i >= ran:
@@ -122,9 +126,13 @@ def _tables(session: StepSession) -> str:
         if c.item:
             per.setdefault(c.item, {})[c.state] = c
     states = ("grad", "param", "optimizer")
-    head = f"<th style='{_CELL}'>parameter</th>" + "".join(f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states)
+    head = f"<th style='{_CELL}'>parameter</th>" + "".join(
+        f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states
+    )
     rows = "".join(
-        f"<tr><td style='{_CELL}'>{html.escape(name)}</td>" + "".join(_td(row[s].text, row[s].changed, wrap=s == "optimizer") for s in states) + "</tr>"
+        f"<tr><td style='{_CELL}'>{html.escape(name)}</td>"
+        + "".join(_td(row[s].text, row[s].changed, wrap=s == "optimizer") for s in states)
+        + "</tr>"
         for name, row in per.items()
     )
     second = f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
