@@ -38,7 +38,10 @@ with Gradebook("sqlite:///gradebook.db") as gb:
 def nbgrader(course: Path, *args: str) -> str:
     run = subprocess.run(
         [str(GRADER_BIN / "nbgrader"), *args, "--course-dir", str(course)],
-        cwd=course, capture_output=True, text=True, timeout=600,
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env=dict(os.environ, PATH=f"{GRADER_BIN}{os.pathsep}{os.environ['PATH']}"),  # nbgrader calls `alembic`
     )
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
@@ -48,7 +51,8 @@ def nbgrader(course: Path, *args: str) -> str:
 def code_sources(path: Path) -> list[str]:
     """Code cells, without the launch setup cell the release adds to chapters (nbgrader's copy has none)."""
     return [
-        c.source.strip() for c in nbformat.read(path, as_version=4).cells
+        c.source.strip()
+        for c in nbformat.read(path, as_version=4).cells
         if c.cell_type == "code" and "course-setup" not in c.metadata.get("tags", [])
     ]
 
@@ -72,12 +76,15 @@ def grade_chapter(solution: Path, tmp_path: Path) -> None:
         shutil.copy(notebook, target / solution.name)
     nbgrader(course, "autograde", assignment, "--force")
 
-    run = subprocess.run([str(GRADER_BIN / "python"), "-c", SCORES, assignment], cwd=course,
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [str(GRADER_BIN / "python"), "-c", SCORES, assignment], cwd=course, capture_output=True, text=True, check=True
+    )
     scores = json.loads(run.stdout)
     alice_score, max_score = scores["alice"]
     assert max_score > 0
     assert alice_score == max_score, f"the solution should get full marks: {scores}"
     assert scores["bob"][0] == 0, f"an unanswered notebook should get no marks: {scores}"
-    print(f"nbgrader {assignment}: solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
-          file=sys.stderr)
+    print(
+        f"nbgrader {assignment}: solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
+        file=sys.stderr,
+    )

@@ -45,8 +45,11 @@ def only_small_steps(mode, steps):  # a lookup of the step counts shown in the c
     return right_sets(mode, steps) if steps in (0, 1, 3) else right_sets(mode, steps) - {"c"}
 
 
-CORRECT_PARAMS = {"sets": right_sets, "frozenset": lambda mode, steps: frozenset(right_sets(mode, steps)),
-                  "tuple": lambda mode, steps: tuple(sorted(right_sets(mode, steps)))}
+CORRECT_PARAMS = {
+    "sets": right_sets,
+    "frozenset": lambda mode, steps: frozenset(right_sets(mode, steps)),
+    "tuple": lambda mode, steps: tuple(sorted(right_sets(mode, steps))),
+}
 
 WRONG_PARAMS = {
     "everything used in the code": (lambda m, s: {"a", "b", "c", "d"}, "d.detach()"),
@@ -97,8 +100,11 @@ def repaired_std_mean(x, t):
     return torch.clamp((x - m) / s, min=-3, max=3).div(t)
 
 
-CORRECT_SCALED = {"repaired in place of the cuts": repaired, "torch.where for the clamp": repaired_with_where,
-                  "torch.std_mean": repaired_std_mean}
+CORRECT_SCALED = {
+    "repaired in place of the cuts": repaired,
+    "torch.where for the clamp": repaired_with_where,
+    "torch.std_mean": repaired_std_mean,
+}
 
 
 def keeps_item(x, t):
@@ -285,9 +291,11 @@ def engine_like_priority(output):
                     tie += 1
 
 
-CORRECT_SWEEPS = {"Kahn, calling AccumulateGrad": kahn_calling_accumulate_grad,
-                  "reversed DFS post-order, leaves by hand": postorder_then_reverse,
-                  "engine-like priority queue": engine_like_priority}
+CORRECT_SWEEPS = {
+    "Kahn, calling AccumulateGrad": kahn_calling_accumulate_grad,
+    "reversed DFS post-order, leaves by hand": postorder_then_reverse,
+    "engine-like priority queue": engine_like_priority,
+}
 
 
 def _make(variant):
@@ -312,7 +320,7 @@ def _make(variant):
                     if child is None and variant != "no None check":
                         continue
                     if variant == "no None check":
-                        n_in = len(child._input_metadata)  # AttributeError on None
+                        _ = len(child._input_metadata)  # AttributeError on None
                     box = slots.setdefault(child, [None] * len(child._input_metadata))
                     if grad is not None:
                         if variant != "no sum_to_size":
@@ -532,5 +540,11 @@ def test_exercise_2_prints_the_real_broken_function():
     shown = text.split("```python\n", 1)[1].split("```", 1)[0].strip()
     source = inspect.getsource(broken_scaled_scores)
     without_docstring = re.sub(r'\n    """.*?"""', "", source, flags=re.S)
-    assert shown == re.sub(r"\) -> torch.Tensor:|: torch.Tensor", lambda m: "):" if m.group(0).startswith(")") else "",
-                           without_docstring).strip()
+    assert (
+        shown
+        == re.sub(
+            r"\) -> torch.Tensor:|: torch.Tensor",
+            lambda m: "):" if m.group(0).startswith(")") else "",
+            without_docstring,
+        ).strip()
+    )

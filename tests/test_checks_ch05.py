@@ -40,10 +40,12 @@ def linear_forward(ctx, x, W, b):
 
 def linear_class(dx, dW, db):
     """A backward that honours needs_input_grad, with the three given gradient formulas."""
+
     def backward(ctx, G):
         x, W = ctx.saved_tensors
         need = ctx.needs_input_grad
         return (dx(x, W, G) if need[0] else None), (dW(x, W, G) if need[1] else None), (db(G) if need[2] else None)
+
     return function_class("LinearFunction", linear_forward, backward)
 
 
@@ -54,6 +56,7 @@ def linear_needs_input_grad():
         dW = x.T @ G if ctx.needs_input_grad[1] else None
         db = G.sum(0) if ctx.needs_input_grad[2] else None
         return dx, dW, db
+
     return function_class("LinearFunction", linear_forward, backward)
 
 
@@ -64,6 +67,7 @@ def linear_ctx_attributes():
 
     def backward(ctx, G):
         return torch.einsum("ne,de->nd", G, ctx.W), torch.einsum("nd,ne->de", ctx.x, G), G.sum(dim=0)
+
     return function_class("LinearFunction", forward, backward)
 
 
@@ -75,9 +79,12 @@ def linear_einsum():
     def backward(ctx, G):
         x, W = ctx.saved_tensors
         nx, nW, nb = ctx.needs_input_grad
-        return (torch.einsum("ne,de->nd", G, W) if nx else None,
-                torch.einsum("nd,ne->de", x, G) if nW else None,
-                G.sum(dim=0) if nb else None)
+        return (
+            torch.einsum("ne,de->nd", G, W) if nx else None,
+            torch.einsum("nd,ne->de", x, G) if nW else None,
+            G.sum(dim=0) if nb else None,
+        )
+
     return function_class("LinearFunction", forward, backward)
 
 
@@ -85,6 +92,7 @@ def linear_ignores_needs_input_grad():
     def backward(ctx, G):
         x, W = ctx.saved_tensors
         return G @ W.T, x.T @ G, G.sum(0)
+
     return function_class("LinearFunction", linear_forward, backward)
 
 
@@ -98,6 +106,7 @@ def linear_saves_everything():
         x, W, _, _ = ctx.saved_tensors
         nx, nW, nb = ctx.needs_input_grad
         return (G @ W.T if nx else None), (x.T @ G if nW else None), (G.sum(0) if nb else None)
+
     return function_class("LinearFunction", forward, backward)
 
 
@@ -112,6 +121,7 @@ def linear_two_grads():
     def backward(ctx, G):
         x, W = ctx.saved_tensors
         return G @ W.T, x.T @ G
+
     return function_class("LinearFunction", linear_forward, backward)
 
 
@@ -119,6 +129,7 @@ def linear_none_for_b():
     def backward(ctx, G):
         x, W = ctx.saved_tensors
         return G @ W.T, x.T @ G, None
+
     return function_class("LinearFunction", linear_forward, backward)
 
 
@@ -126,18 +137,28 @@ WRONG_LINEAR = {
     "ctx attributes": (linear_ctx_attributes, "stored tensors as ctx attributes (ctx.x, ctx.W)"),
     "ignores needs_input_grad": (linear_ignores_needs_input_grad, "ctx.needs_input_grad"),
     "saves b and the output": (linear_saves_everything, "saved 4 tensors"),
-    "db mean": (lambda: linear_class(lambda x, W, G: G @ W.T, lambda x, W, G: x.T @ G, lambda G: G.mean(0)),
-                "G.sum(0)"),
-    "dW / N": (lambda: linear_class(lambda x, W, G: G @ W.T, lambda x, W, G: x.T @ G / len(x), lambda G: G.sum(0)),
-               "divided by the batch size"),
-    "dx sign": (lambda: linear_class(lambda x, W, G: -G @ W.T, lambda x, W, G: x.T @ G, lambda G: G.sum(0)),
-                "the gradient of `x` (input 0) is wrong"),
-    "dx no transpose": (lambda: linear_class(lambda x, W, G: G @ W, lambda x, W, G: x.T @ G, lambda G: G.sum(0)),
-                        "one gradient per forward input"),
+    "db mean": (
+        lambda: linear_class(lambda x, W, G: G @ W.T, lambda x, W, G: x.T @ G, lambda G: G.mean(0)),
+        "G.sum(0)",
+    ),
+    "dW / N": (
+        lambda: linear_class(lambda x, W, G: G @ W.T, lambda x, W, G: x.T @ G / len(x), lambda G: G.sum(0)),
+        "divided by the batch size",
+    ),
+    "dx sign": (
+        lambda: linear_class(lambda x, W, G: -G @ W.T, lambda x, W, G: x.T @ G, lambda G: G.sum(0)),
+        "the gradient of `x` (input 0) is wrong",
+    ),
+    "dx no transpose": (
+        lambda: linear_class(lambda x, W, G: G @ W, lambda x, W, G: x.T @ G, lambda G: G.sum(0)),
+        "one gradient per forward input",
+    ),
     "two grads": (linear_two_grads, "gradients"),
     "None for b": (linear_none_for_b, "returned None for `b`"),
-    "wrong forward": (lambda: function_class("LinearFunction", lambda ctx, x, W, b: x @ W,
-                                             lambda ctx, G: (None, None, None)), "The forward of `LinearFunction`"),
+    "wrong forward": (
+        lambda: function_class("LinearFunction", lambda ctx, x, W, b: x @ W, lambda ctx, G: (None, None, None)),
+        "The forward of `LinearFunction`",
+    ),
 }
 
 
@@ -196,8 +217,9 @@ def sp_backward_exp_x_minus_y(ctx, grad):
 
 CORRECT_SOFTPLUS = {
     "max + log1p, sigmoid": lambda: function_class("StableSoftplus", sp_forward, sp_backward),
-    "two branches, exp(x − y)": lambda: function_class("StableSoftplus", sp_forward_saves_output,
-                                                       sp_backward_exp_x_minus_y),
+    "two branches, exp(x − y)": lambda: function_class(
+        "StableSoftplus", sp_forward_saves_output, sp_backward_exp_x_minus_y
+    ),
 }
 
 
@@ -219,27 +241,42 @@ def sp_attribute(ctx, x):
 WRONG_SOFTPLUS = {
     "naive forward overflows": (lambda: function_class("StableSoftplus", sp_naive, sp_backward), "overflows"),
     "log instead of log1p": (lambda: function_class("StableSoftplus", sp_no_log1p, sp_backward), "log1p"),
-    "logsumexp of [0, x]": (lambda: function_class(
-        "StableSoftplus",
-        lambda ctx, x: (ctx.save_for_backward(x),
-                        torch.logsumexp(torch.stack([torch.zeros_like(x), x]), dim=0))[1], sp_backward), "log1p"),
-    "forgot grad_output": (lambda: function_class("StableSoftplus", sp_forward,
-                                                  lambda ctx, g: torch.sigmoid(ctx.saved_tensors[0])),
-                           "forgot grad_output"),
-    "exp(x) as derivative": (lambda: function_class("StableSoftplus", sp_forward,
-                                                    lambda ctx, g: g * torch.exp(ctx.saved_tensors[0])),
-                             "not eˣ"),
-    "sigmoid(−x)": (lambda: function_class("StableSoftplus", sp_forward,
-                                           lambda ctx, g: g * torch.sigmoid(-ctx.saved_tensors[0])),
-                    "σ(−x)"),
-    "softplus as its own derivative": (lambda: function_class(
-        "StableSoftplus", sp_forward, lambda ctx, g: g * torch.nn.functional.softplus(ctx.saved_tensors[0])),
-        "softplus itself"),
-    "ctx attribute": (lambda: function_class("StableSoftplus", sp_attribute,
-                                             lambda ctx, g: g * torch.sigmoid(ctx.x)), "ctx attributes"),
-    "calls F.softplus": (lambda: function_class(
-        "StableSoftplus", lambda ctx, x: (ctx.save_for_backward(x), torch.nn.functional.softplus(x))[1], sp_backward),
-        "calls torch's `softplus`"),
+    "logsumexp of [0, x]": (
+        lambda: function_class(
+            "StableSoftplus",
+            lambda ctx, x: (ctx.save_for_backward(x), torch.logsumexp(torch.stack([torch.zeros_like(x), x]), dim=0))[1],
+            sp_backward,
+        ),
+        "log1p",
+    ),
+    "forgot grad_output": (
+        lambda: function_class("StableSoftplus", sp_forward, lambda ctx, g: torch.sigmoid(ctx.saved_tensors[0])),
+        "forgot grad_output",
+    ),
+    "exp(x) as derivative": (
+        lambda: function_class("StableSoftplus", sp_forward, lambda ctx, g: g * torch.exp(ctx.saved_tensors[0])),
+        "not eˣ",
+    ),
+    "sigmoid(−x)": (
+        lambda: function_class("StableSoftplus", sp_forward, lambda ctx, g: g * torch.sigmoid(-ctx.saved_tensors[0])),
+        "σ(−x)",
+    ),
+    "softplus as its own derivative": (
+        lambda: function_class(
+            "StableSoftplus", sp_forward, lambda ctx, g: g * torch.nn.functional.softplus(ctx.saved_tensors[0])
+        ),
+        "softplus itself",
+    ),
+    "ctx attribute": (
+        lambda: function_class("StableSoftplus", sp_attribute, lambda ctx, g: g * torch.sigmoid(ctx.x)),
+        "ctx attributes",
+    ),
+    "calls F.softplus": (
+        lambda: function_class(
+            "StableSoftplus", lambda ctx, x: (ctx.save_for_backward(x), torch.nn.functional.softplus(x))[1], sp_backward
+        ),
+        "calls torch's `softplus`",
+    ),
 }
 
 
@@ -311,28 +348,51 @@ CORRECT_NORM = {
 
 WRONG_NORM = {
     "nan at zero": (lambda: function_class("SafeNorm", norm_forward, norm_backward_nan), "0 / 0 = NaN"),
-    "single where": (lambda: function_class("SafeNorm", norm_forward, norm_backward_single_where),
-                     "the branch it discards is still computed"),
+    "single where": (
+        lambda: function_class("SafeNorm", norm_forward, norm_backward_single_where),
+        "the branch it discards is still computed",
+    ),
     "nan_to_num": (lambda: function_class("SafeNorm", norm_forward, norm_backward_nan_to_num), "gives NaN"),
-    "detached saved tensors": (lambda: function_class("SafeNorm", norm_forward, norm_backward_detached),
-                               "gradgradcheck fails"),
-    "backward under no_grad": (lambda: function_class("SafeNorm", norm_forward, norm_backward_no_grad),
-                               "cannot be differentiated"),
-    "once_differentiable": (lambda: function_class(
-        "SafeNorm", norm_forward,
-        torch.autograd.function.once_differentiable(norm_backward_double_where)), "cannot be differentiated"),
-    "forgot grad": (lambda: function_class("SafeNorm", norm_forward, lambda ctx, g: norm_backward_double_where(
-        ctx, torch.ones_like(g))), "forgot grad_output"),
-    "x not normalised": (lambda: function_class("SafeNorm", norm_forward,
-                                                lambda ctx, g: g.unsqueeze(-1) * ctx.saved_tensors[0]),
-                         "not x: divide by the norm"),
-    "no unsqueeze": (lambda: function_class("SafeNorm", norm_forward, lambda ctx, g: g * ctx.saved_tensors[0]),
-                     "grad_output.unsqueeze(-1)"),
-    "squared norm forward": (lambda: function_class("SafeNorm", lambda ctx, x: x.pow(2).sum(-1),
-                                                    lambda ctx, g: g), "The forward of `SafeNorm`"),
-    "torch.linalg.vector_norm": (lambda: function_class(
-        "SafeNorm", lambda ctx, x: (ctx.save_for_backward(x), torch.linalg.vector_norm(x, dim=-1))[1],
-        lambda ctx, g: g.unsqueeze(-1) * ctx.saved_tensors[0]), "calls torch's `vector_norm`"),
+    "detached saved tensors": (
+        lambda: function_class("SafeNorm", norm_forward, norm_backward_detached),
+        "gradgradcheck fails",
+    ),
+    "backward under no_grad": (
+        lambda: function_class("SafeNorm", norm_forward, norm_backward_no_grad),
+        "cannot be differentiated",
+    ),
+    "once_differentiable": (
+        lambda: function_class(
+            "SafeNorm", norm_forward, torch.autograd.function.once_differentiable(norm_backward_double_where)
+        ),
+        "cannot be differentiated",
+    ),
+    "forgot grad": (
+        lambda: function_class(
+            "SafeNorm", norm_forward, lambda ctx, g: norm_backward_double_where(ctx, torch.ones_like(g))
+        ),
+        "forgot grad_output",
+    ),
+    "x not normalised": (
+        lambda: function_class("SafeNorm", norm_forward, lambda ctx, g: g.unsqueeze(-1) * ctx.saved_tensors[0]),
+        "not x: divide by the norm",
+    ),
+    "no unsqueeze": (
+        lambda: function_class("SafeNorm", norm_forward, lambda ctx, g: g * ctx.saved_tensors[0]),
+        "grad_output.unsqueeze(-1)",
+    ),
+    "squared norm forward": (
+        lambda: function_class("SafeNorm", lambda ctx, x: x.pow(2).sum(-1), lambda ctx, g: g),
+        "The forward of `SafeNorm`",
+    ),
+    "torch.linalg.vector_norm": (
+        lambda: function_class(
+            "SafeNorm",
+            lambda ctx, x: (ctx.save_for_backward(x), torch.linalg.vector_norm(x, dim=-1))[1],
+            lambda ctx, g: g.unsqueeze(-1) * ctx.saved_tensors[0],
+        ),
+        "calls torch's `vector_norm`",
+    ),
 }
 
 
@@ -364,35 +424,62 @@ def ste_forward_x(ctx, x):
 CORRECT_STE = {
     "saved mask": lambda: function_class("ClippedSignSTE", ste_forward_mask, lambda ctx, g: g * ctx.saved_tensors[0]),
     "saved x, where": lambda: function_class(
-        "ClippedSignSTE", ste_forward_x,
-        lambda ctx, g: torch.where(ctx.saved_tensors[0].abs() <= 1, g, torch.zeros_like(g))),
+        "ClippedSignSTE",
+        ste_forward_x,
+        lambda ctx, g: torch.where(ctx.saved_tensors[0].abs() <= 1, g, torch.zeros_like(g)),
+    ),
     "saved x, hardtanh window": lambda: function_class(
-        "ClippedSignSTE", ste_forward_x,
-        lambda ctx, g: g * ((ctx.saved_tensors[0] >= -1) & (ctx.saved_tensors[0] <= 1)).to(g.dtype)),
+        "ClippedSignSTE",
+        ste_forward_x,
+        lambda ctx, g: g * ((ctx.saved_tensors[0] >= -1) & (ctx.saved_tensors[0] <= 1)).to(g.dtype),
+    ),
 }
 
 WRONG_STE = {
-    "true derivative": (lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: torch.zeros_like(g)),
-                        "true derivative of sign"),
+    "true derivative": (
+        lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: torch.zeros_like(g)),
+        "true derivative of sign",
+    ),
     "plain STE": (lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: g), "plain straight-through"),
-    "open window": (lambda: function_class("ClippedSignSTE", ste_forward_x,
-                                           lambda ctx, g: g * (ctx.saved_tensors[0].abs() < 1)), "use <=, not <"),
-    "inverted window": (lambda: function_class("ClippedSignSTE", ste_forward_x,
-                                               lambda ctx, g: g * (ctx.saved_tensors[0].abs() > 1)), "inverted"),
-    "times x": (lambda: function_class("ClippedSignSTE", ste_forward_x,
-                                       lambda ctx, g: g * ctx.saved_tensors[0] * (ctx.saved_tensors[0].abs() <= 1)),
-                "not grad_output ⊙ x"),
-    "sign(0) = 1": (lambda: function_class(
-        "ClippedSignSTE",
-        lambda ctx, x: (ctx.save_for_backward(x), torch.where(x >= 0, 1.0, -1.0).to(x.dtype))[1],
-        lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1)), "sign(0) is 0"),
-    "round forward": (lambda: function_class(
-        "ClippedSignSTE", lambda ctx, x: (ctx.save_for_backward(x), torch.round(x))[1],
-        lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1)), "not round(x)"),
+    "open window": (
+        lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: g * (ctx.saved_tensors[0].abs() < 1)),
+        "use <=, not <",
+    ),
+    "inverted window": (
+        lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: g * (ctx.saved_tensors[0].abs() > 1)),
+        "inverted",
+    ),
+    "times x": (
+        lambda: function_class(
+            "ClippedSignSTE", ste_forward_x, lambda ctx, g: g * ctx.saved_tensors[0] * (ctx.saved_tensors[0].abs() <= 1)
+        ),
+        "not grad_output ⊙ x",
+    ),
+    "sign(0) = 1": (
+        lambda: function_class(
+            "ClippedSignSTE",
+            lambda ctx, x: (ctx.save_for_backward(x), torch.where(x >= 0, 1.0, -1.0).to(x.dtype))[1],
+            lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1),
+        ),
+        "sign(0) is 0",
+    ),
+    "round forward": (
+        lambda: function_class(
+            "ClippedSignSTE",
+            lambda ctx, x: (ctx.save_for_backward(x), torch.round(x))[1],
+            lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1),
+        ),
+        "not round(x)",
+    ),
     "None": (lambda: function_class("ClippedSignSTE", ste_forward_x, lambda ctx, g: None), "returned None"),
-    "ctx attribute": (lambda: function_class(
-        "ClippedSignSTE", lambda ctx, x: (setattr(ctx, "x", x), torch.sign(x))[1],
-        lambda ctx, g: g * (ctx.x.abs() <= 1)), "ctx attributes"),
+    "ctx attribute": (
+        lambda: function_class(
+            "ClippedSignSTE",
+            lambda ctx, x: (setattr(ctx, "x", x), torch.sign(x))[1],
+            lambda ctx, g: g * (ctx.x.abs() <= 1),
+        ),
+        "ctx attributes",
+    ),
 }
 
 

@@ -211,6 +211,7 @@ def test_train_step_per_parameter_clipping_is_named():
 def test_train_step_not_implemented():
     def stub(model, batch, optimizer, loss_fn, max_norm=1.0):
         raise NotImplementedError()
+
     rejects(check_train_step, stub, "NotImplementedError")
 
 
@@ -227,8 +228,10 @@ def coverage_ids(model, optimizer):
 def coverage_is(model, optimizer):
     params = [p for g in optimizer.param_groups for p in g["params"]]
     inside = lambda p: any(p is q for q in params)  # noqa: E731
-    return ({n for n, p in model.named_parameters() if p.requires_grad and not inside(p)},
-            tuple(n for n, p in model.named_parameters() if not p.requires_grad and inside(p)))
+    return (
+        {n for n, p in model.named_parameters() if p.requires_grad and not inside(p)},
+        tuple(n for n, p in model.named_parameters() if not p.requires_grad and inside(p)),
+    )
 
 
 @pytest.mark.parametrize("answer", [coverage_ids, coverage_is])
@@ -250,8 +253,10 @@ def coverage_frozen_all(model, optimizer):
 def coverage_by_value(model, optimizer):
     params = [p for g in optimizer.param_groups for p in g["params"]]
     inside = lambda p: any(p.shape == q.shape and torch.equal(p, q) for q in params)  # noqa: E731
-    return ([n for n, p in model.named_parameters() if p.requires_grad and not inside(p)],
-            [n for n, p in model.named_parameters() if not p.requires_grad and inside(p)])
+    return (
+        [n for n, p in model.named_parameters() if p.requires_grad and not inside(p)],
+        [n for n, p in model.named_parameters() if not p.requires_grad and inside(p)],
+    )
 
 
 def coverage_in_list(model, optimizer):
@@ -261,15 +266,19 @@ def coverage_in_list(model, optimizer):
 
 def coverage_first_group_only(model, optimizer):
     covered = {id(p) for p in optimizer.param_groups[0]["params"]}
-    return ([n for n, p in model.named_parameters() if p.requires_grad and id(p) not in covered],
-            [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in covered])
+    return (
+        [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in covered],
+        [n for n, p in model.named_parameters() if not p.requires_grad and id(p) in covered],
+    )
 
 
 def coverage_with_snapshot(model, optimizer):
     """The course's snapshot() already knows which parameters the optimizer holds."""
     s = train_state.snapshot(model, optimizer)
-    return ([n for n in s.params if s.trainable[n] and s.optimizer[n] is None],
-            [n for n in s.params if not s.trainable[n] and s.optimizer[n] is not None])
+    return (
+        [n for n in s.params if s.trainable[n] and s.optimizer[n] is None],
+        [n for n in s.params if not s.trainable[n] and s.optimizer[n] is not None],
+    )
 
 
 def coverage_that_fixes(model, optimizer):
@@ -362,6 +371,7 @@ def eval_variant(eval_mode=True, no_grad=True, restore="each", weighted=True, it
         elif restore == "train":
             model.train()
         return total / n
+
     return evaluate
 
 
@@ -387,8 +397,14 @@ def test_evaluate_mistakes_are_named(name):
 
 
 def save_deepcopy(model, optimizer, scheduler):
-    return copy.deepcopy({"m": model.state_dict(), "o": optimizer.state_dict(), "s": scheduler.state_dict(),
-                          "rng": torch.get_rng_state()})
+    return copy.deepcopy(
+        {
+            "m": model.state_dict(),
+            "o": optimizer.state_dict(),
+            "s": scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
+    )
 
 
 def load_deepcopy(state, model, optimizer, scheduler):
@@ -401,8 +417,15 @@ def load_deepcopy(state, model, optimizer, scheduler):
 
 def save_buffer(model, optimizer, scheduler):
     buffer = io.BytesIO()
-    torch.save({"m": model.state_dict(), "o": optimizer.state_dict(), "s": scheduler.state_dict(),
-                "rng": torch.random.get_rng_state()}, buffer)
+    torch.save(
+        {
+            "m": model.state_dict(),
+            "o": optimizer.state_dict(),
+            "s": scheduler.state_dict(),
+            "rng": torch.random.get_rng_state(),
+        },
+        buffer,
+    )
     return buffer.getvalue()
 
 
@@ -427,7 +450,9 @@ def load_objects(state, model, optimizer, scheduler):
     torch.set_rng_state(rng)
 
 
-@pytest.mark.parametrize("pair", [(save_deepcopy, load_deepcopy), (save_buffer, load_buffer), (save_objects, load_objects)])
+@pytest.mark.parametrize(
+    "pair", [(save_deepcopy, load_deepcopy), (save_buffer, load_buffer), (save_objects, load_objects)]
+)
 def test_resume_correct_alternatives_pass(pair, capsys):
     check_resume(*pair)
     assert capsys.readouterr().out.startswith("✓ both resumes")
@@ -452,15 +477,24 @@ def test_loading_then_training_leaves_the_checkpoint_as_saved(load, intact):
         fresh = ch06._resume_objects(1)
         load(checkpoint, *fresh)
         ch06._resume_train(*fresh, range(3, 6))
-    tensors = [(checkpoint["optimizer"]["state"][i][k], saved["optimizer"]["state"][i][k])
-               for i in saved["optimizer"]["state"] for k in saved["optimizer"]["state"][i]]
+    tensors = [
+        (checkpoint["optimizer"]["state"][i][k], saved["optimizer"]["state"][i][k])
+        for i in saved["optimizer"]["state"]
+        for k in saved["optimizer"]["state"][i]
+    ]
     assert all(torch.equal(a, b) for a, b in tensors) is intact
 
 
 def save_without(skip):
     def save(model, optimizer, scheduler):
-        state = {"m": model.state_dict(), "o": optimizer.state_dict(), "s": scheduler.state_dict(), "rng": torch.get_rng_state()}
+        state = {
+            "m": model.state_dict(),
+            "o": optimizer.state_dict(),
+            "s": scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
         return state if skip == "copy" else copy.deepcopy({k: v for k, v in state.items() if k != skip})
+
     return save
 
 
@@ -487,8 +521,14 @@ def load_assign(state, model, optimizer, scheduler):
 
 
 def save_seed(model, optimizer, scheduler):
-    return copy.deepcopy({"m": model.state_dict(), "o": optimizer.state_dict(), "s": scheduler.state_dict(),
-                          "seed": torch.initial_seed()})
+    return copy.deepcopy(
+        {
+            "m": model.state_dict(),
+            "o": optimizer.state_dict(),
+            "s": scheduler.state_dict(),
+            "seed": torch.initial_seed(),
+        }
+    )
 
 
 def load_seed(state, model, optimizer, scheduler):
@@ -510,7 +550,10 @@ def save_with_helper(model, optimizer, scheduler):
 WRONG_RESUME = {
     "no copy when saving": (save_without("copy"), load_what_is_there, "references to the live tensors"),
     "no copy when loading (the old reference)": (
-        ch06._save_reference, old_load_state, "loading the same checkpoint again restored other optimizer state"),
+        ch06._save_reference,
+        old_load_state,
+        "loading the same checkpoint again restored other optimizer state",
+    ),
     "load with assign=True": (save_deepcopy, load_assign, "again restored other model weights"),
     "model missing": (save_without("m"), load_what_is_there, "load model.state_dict()"),
     "optimizer missing": (save_without("o"), load_what_is_there, "optimizer state was not restored"),

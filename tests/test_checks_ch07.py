@@ -30,7 +30,7 @@ def not_implemented(*args):
 
 def loop_windows(model, optimizer, loss_fn, micro_batches, accum_steps):
     for start in range(0, len(micro_batches), accum_steps):
-        window = micro_batches[start:start + accum_steps]
+        window = micro_batches[start : start + accum_steps]
         optimizer.zero_grad(set_to_none=True)
         for x, y in window:
             (loss_fn(model(x), y) / len(window)).backward()
@@ -64,14 +64,14 @@ def loop_variant(kind):
         n = len(micro_batches)
         if kind == "window_backward":
             for start in range(0, n, accum_steps):
-                window = micro_batches[start:start + accum_steps]
+                window = micro_batches[start : start + accum_steps]
                 (sum(loss_fn(model(x), y) for x, y in window) / len(window)).backward()
                 optimizer.step()
                 optimizer.zero_grad()
             return
         if kind == "forwards_first":
             for start in range(0, n, accum_steps):
-                window = micro_batches[start:start + accum_steps]
+                window = micro_batches[start : start + accum_steps]
                 losses = [loss_fn(model(x), y) / len(window) for x, y in window]
                 for loss in losses:
                     loss.backward()
@@ -98,6 +98,7 @@ def loop_variant(kind):
                 optimizer.step()
                 if kind not in ("never_zero", "grads_left"):
                     optimizer.zero_grad()
+
     return loop
 
 
@@ -214,7 +215,8 @@ def window_variant(kind):
                     "positions": lambda: (losses * mask).sum() / sum(m.numel() for _, _, m in micro_batches),
                     "running": lambda: (losses * mask).sum() / max(seen, 1),
                     "course_helper": lambda: token_accumulation.micro_batch_loss(
-                        model, token_accumulation.TokenBatch(features, targets, mask), "token-mean", k, n),
+                        model, token_accumulation.TokenBatch(features, targets, mask), "token-mean", k, n
+                    ),
                 }.get(kind, lambda: (losses * mask).sum() / n)()
             if kind == "autograd_grad":
                 for p, g in zip(model.parameters(), torch.autograd.grad(loss, list(model.parameters()))):
@@ -226,6 +228,7 @@ def window_variant(kind):
             else:
                 logged.append(loss.item())
         return sum(logged) / (k if kind == "logged_mean" else 1)
+
     return answer
 
 
@@ -404,6 +407,7 @@ def amp_variant(kind):
             scaler.update()
         if kind != "no_zero":
             optimizer.zero_grad()
+
     return step
 
 

@@ -67,8 +67,13 @@ def with_gradscaler(overflows, init_scale, growth_interval, growth_factor=2.0, b
 
 
 def with_course_helper(overflows, init_scale, growth_interval, growth_factor=2.0, backoff_factor=0.5):
-    return scale_trace(overflows, init_scale=init_scale, growth_interval=growth_interval, growth_factor=growth_factor,
-                       backoff_factor=backoff_factor).final_scale
+    return scale_trace(
+        overflows,
+        init_scale=init_scale,
+        growth_interval=growth_interval,
+        growth_factor=growth_factor,
+        backoff_factor=backoff_factor,
+    ).final_scale
 
 
 WRONG_SCALES = {
@@ -215,13 +220,19 @@ def changes_lr(model, optimizers, max_norms, scaler, x, y, dtype):
 
 WRONG_TWO = {
     "clip before unscale_": (ch08._wrong_step(clip_first=True), "ran on the *scaled* gradients"),
-    "only the first optimizer unscaled": (ch08._wrong_step(unscale_first_only=True), "only the first optimizer was unscaled"),
+    "only the first optimizer unscaled": (
+        ch08._wrong_step(unscale_first_only=True),
+        "only the first optimizer was unscaled",
+    ),
     "update after every step": (ch08._wrong_step(update_each=True), "scaler.update() ran after every scaler.step"),
     "optimizer.step": (ch08._wrong_step(optimizer_step=True), "optimizer.step() applies inf/NaN"),
     "one clip for all": (ch08._wrong_step(one_clip=True), "one clip over all parameters"),
     "stale gradients": (ch08._wrong_step(no_zero_grad=True), "started from stale gradients"),
     "returns the scaled loss": (ch08._wrong_step(scaled_loss=True), "returned the *scaled* loss"),
-    "backward inside autocast": (ch08._wrong_step(backward_in_autocast=True), "ran backward inside the autocast region"),
+    "backward inside autocast": (
+        ch08._wrong_step(backward_in_autocast=True),
+        "ran backward inside the autocast region",
+    ),
     "always fp16": (ch08._wrong_step(fp16_always=True), "but the step asked for torch.bfloat16"),
     "model.to(dtype) instead of autocast": (model_cast_instead_of_autocast, "outside autocast"),
     "forgets the second optimizer": (forgets_the_second_optimizer, "a different set of optimizer steps ran"),
@@ -241,7 +252,7 @@ def test_wrong_two_optimizer_steps_are_rejected_with_their_hint(name):
 
 def test_two_optimizer_cases_exercise_both_clip_regimes_and_a_lone_overflow():
     # every case clips one part (max_norm below its ‖g‖) and not the other (above ‖g‖, below S·‖g‖)
-    for _, seed, dtype, steps, ratios, init_scale, _, overflow_at in ch08._TWO_OPTIMIZER_CASES:
+    for *_, ratios, init_scale, _, _ in ch08._TWO_OPTIMIZER_CASES:
         assert min(ratios) < 1 < max(ratios) and (init_scale is None or max(ratios) < init_scale)
     ref = ch08._run_two(ch08.reference_two_optimizer_step, ch08._TWO_OPTIMIZER_CASES[1], learner=False)
     assert ref["steps"] == [[1, 1], [1, 0], [1, 1]]  # on the overflow the first optimizer still steps
@@ -277,7 +288,11 @@ def adam_with_real_clip(grad, scale, max_norm, lr, eps, clip_before_unscale):
     return -lr * g / (g.abs() + eps)
 
 
-CORRECT_ADAM = {"closed form": adam_closed_form, "by the book": adam_by_the_book, "real clip, Adam by hand": adam_with_real_clip}
+CORRECT_ADAM = {
+    "closed form": adam_closed_form,
+    "by the book": adam_by_the_book,
+    "real clip, Adam by hand": adam_with_real_clip,
+}
 
 
 @pytest.mark.parametrize("name", CORRECT_ADAM)
@@ -336,8 +351,21 @@ def test_the_functional_adam_is_refused_too():
     def functional(grad, scale, max_norm, lr, eps, clip_before_unscale):
         g = adam_with_real_clip(grad, scale, max_norm, 1.0, 0.0, clip_before_unscale)
         p = torch.zeros_like(grad)
-        adam([p], [g], [torch.zeros_like(g)], [torch.zeros_like(g)], [], [torch.tensor(0.0)], amsgrad=False,
-             beta1=0.9, beta2=0.999, lr=lr, weight_decay=0.0, eps=eps, maximize=False)
+        adam(
+            [p],
+            [g],
+            [torch.zeros_like(g)],
+            [torch.zeros_like(g)],
+            [],
+            [torch.tensor(0.0)],
+            amsgrad=False,
+            beta1=0.9,
+            beta2=0.999,
+            lr=lr,
+            weight_decay=0.0,
+            eps=eps,
+            maximize=False,
+        )
         return p
 
     with pytest.raises(ExerciseError, match="by hand"):

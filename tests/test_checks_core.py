@@ -143,8 +143,9 @@ def test_check_function_outputs_names_the_wrong_output_and_its_mistake():
     reference = lambda x: (x * 2, x.sum())  # noqa: E731
     mistakes = {"the sum was meant, not the mean": lambda x: (x * 2, x.mean())}
     with pytest.raises(ExerciseError) as info:
-        check_function_outputs(lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"),
-                               mistakes=mistakes)
+        check_function_outputs(
+            lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"), mistakes=mistakes
+        )
     assert "`s` from `f`" in str(info.value) and "the sum was meant" in str(info.value)
 
 
@@ -167,8 +168,9 @@ def test_check_function_outputs_adds_the_error_hint_when_the_learner_raises():
         return x @ torch.ones(2, 2, dtype=x.dtype), x
 
     with pytest.raises(ExerciseError) as info:
-        check_function_outputs(bad, lambda x: (x, x), _pair_cases(), name="f", outputs=("a", "b"),
-                               error_hint="reason with shapes")
+        check_function_outputs(
+            bad, lambda x: (x, x), _pair_cases(), name="f", outputs=("a", "b"), error_hint="reason with shapes"
+        )
     assert "raised RuntimeError" in str(info.value) and "Hint: reason with shapes" in str(info.value)
 
 
@@ -261,7 +263,9 @@ def _changes_default_dtype(x):
     return 2 * x
 
 
-@pytest.mark.parametrize("answer, named", [(_switches_grad_off, "grad mode"), (_changes_default_dtype, "default dtype")])
+@pytest.mark.parametrize(
+    "answer, named", [(_switches_grad_off, "grad mode"), (_changes_default_dtype, "default dtype")]
+)
 def test_global_state_left_changed_is_a_mistake_and_is_restored(answer, named):
     with pytest.raises(ExerciseError, match=named):
         check_function(answer, _square_grad, _CASES, name="grad_square")

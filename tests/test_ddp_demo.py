@@ -40,14 +40,23 @@ def test_a_crashing_worker_is_reported_with_its_last_line():
 
 
 def test_compare_detects_a_wrong_gradient():
-    from autogradlab.models.token_accumulation import full_batch_gradient, token_batch, token_model
     from autogradlab.models.ddp_demo import EQUAL, UNEQUAL
+    from autogradlab.models.token_accumulation import full_batch_gradient, token_batch, token_model
 
     good = full_batch_gradient(token_model(), token_batch(**EQUAL), "mean")
     unequal = full_batch_gradient(token_model(), token_batch(**UNEQUAL), "mean")
-    rank = {"ddp": good * 2, "no_sync_first": good, "no_sync_final": good, "synced_final": good,
-            "allreduces_no_sync": torch.tensor(1), "allreduces_synced": torch.tensor(2),
-            "local_token_mean": unequal, "global_token_mean": unequal}
+    rank = {
+        "ddp": good * 2,
+        "no_sync_first": good,
+        "no_sync_final": good,
+        "synced_final": good,
+        "allreduces_no_sync": torch.tensor(1),
+        "allreduces_synced": torch.tensor(2),
+        "local_token_mean": unequal,
+        "global_token_mean": unequal,
+    }
     c = compare([rank, dict(rank)])
     assert abs(c["ddp_vs_full_batch"] - float(good.abs().max())) < 1e-12
-    assert c["no_sync_vs_full_batch"] == 0.0 and torch.isclose(torch.tensor(c["global_token_mean_rel_error"]), torch.tensor(0.0))
+    assert c["no_sync_vs_full_batch"] == 0.0 and torch.isclose(
+        torch.tensor(c["global_token_mean_rel_error"]), torch.tensor(0.0)
+    )

@@ -128,7 +128,9 @@ def test_amp_timings_and_fraction_of_peak():
         assert row["casts"] > 0 if row["mode"] == "bf16" else row["casts"] == 0  # autocast's casts, fp32 has none
         assert row["fraction_of_peak"] == pytest.approx(row["tflops"] / result.matmul_peak_tflops[row["mode"]])
         assert row["peak_memory_bytes"] is None  # CPU: no allocator statistics
-    largest = max((r for r in result.rows if r["mode"] == "bf16" and r["model"].startswith("mlp")), key=lambda r: r["flops"])
+    largest = max(
+        (r for r in result.rows if r["mode"] == "bf16" and r["model"].startswith("mlp")), key=lambda r: r["flops"]
+    )
     assert largest_mlp_fraction(result) == largest["fraction_of_peak"]
     assert largest_mlp_fraction(_json_roundtrip(result)) == pytest.approx(largest["fraction_of_peak"])
     assert "fraction of matmul peak" in table("amp", result)
@@ -152,7 +154,9 @@ def test_underflow_scaling_rescues_small_gradients():
     result = run_underflow("cpu", "cpu-small")
     unscaled, *scaled = result.rows
     assert [r["scale"] for r in result.rows] == [1.0, 2.0**8, 2.0**16, 2.0**24]
-    assert unscaled["scale"] == 1.0 and unscaled["flushed_fraction"] > 0.3, "without scaling many gradients flush to zero"
+    assert unscaled["scale"] == 1.0 and unscaled["flushed_fraction"] > 0.3, (
+        "without scaling many gradients flush to zero"
+    )
     assert scaled[-1]["flushed_fraction"] < 0.01 and scaled[-1]["overflow_fraction"] == 0.0
     assert unscaled["relative_error_same_forward"] > 0.5 and scaled[-1]["relative_error_same_forward"] < 0.01
     assert result.fp16_min_subnormal == 2.0**-24 and result.fp16_min_normal == 2.0**-14 and result.fp16_max == 65504.0
@@ -247,11 +251,20 @@ def test_accumulation_adds_error_only_when_grad_is_bf16():
     rows = {(r["precision"], r["k"]): r for r in result.rows}
     for precision in ("fp32", "bf16 autocast", "bf16 parameters"):
         assert rows[(precision, 1)]["accumulation_error"] == 0.0
-    assert rows[("bf16 autocast", 4)]["grad_dtype"] == "torch.float32"  # autocast keeps the parameters, and .grad, in fp32
+    assert (
+        rows[("bf16 autocast", 4)]["grad_dtype"] == "torch.float32"
+    )  # autocast keeps the parameters, and .grad, in fp32
     assert rows[("bf16 parameters", 4)]["grad_dtype"] == "torch.bfloat16"
     assert rows[("fp32", 64)]["accumulation_error"] < 1e-6 and rows[("bf16 autocast", 64)]["accumulation_error"] < 1e-6
-    assert 1e-3 < rows[("bf16 parameters", 4)]["accumulation_error"] < rows[("bf16 parameters", 64)]["accumulation_error"] < 0.05
-    assert rows[("fp32", 1)]["rel_error_vs_fp64"] < 1e-5 and 1e-3 < rows[("bf16 autocast", 1)]["rel_error_vs_fp64"] < 0.1
+    assert (
+        1e-3
+        < rows[("bf16 parameters", 4)]["accumulation_error"]
+        < rows[("bf16 parameters", 64)]["accumulation_error"]
+        < 0.05
+    )
+    assert (
+        rows[("fp32", 1)]["rel_error_vs_fp64"] < 1e-5 and 1e-3 < rows[("bf16 autocast", 1)]["rel_error_vs_fp64"] < 0.1
+    )
     with pytest.raises(ValueError, match="not divisible"):
         run_accumulation("cpu", "cpu-small", ks=(3,))
 
@@ -312,7 +325,16 @@ def test_checkpoint_does_not_change_gradients():
 
 
 def test_every_experiment_is_registered_with_a_table():
-    assert list(EXPERIMENTS) == ["autocast", "underflow", "scaler", "clip", "amp", "accumulation", "inplace", "checkpoint"]
+    assert list(EXPERIMENTS) == [
+        "autocast",
+        "underflow",
+        "scaler",
+        "clip",
+        "amp",
+        "accumulation",
+        "inplace",
+        "checkpoint",
+    ]
 
 
 # ---- autocast -------------------------------------------------------------------------------
@@ -329,7 +351,20 @@ def test_cpu_autocast_keeps_softmax_and_sum_in_16_bits_and_losses_in_fp32():
 
 # ---- device-correctness ---------------------------------------------------------------------
 
-FACTORIES = {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor", "Generator"}
+FACTORIES = {
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "arange",
+    "linspace",
+    "eye",
+    "tensor",
+    "Generator",
+}
 
 
 def test_every_tensor_an_experiment_creates_names_its_device():
@@ -342,19 +377,33 @@ def test_every_tensor_an_experiment_creates_names_its_device():
     missing = []
     for path in sorted(Path(package.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
-                    and not any(k.arg == "device" for k in node.keywords)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in FACTORIES
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+                and not any(k.arg == "device" for k in node.keywords)
+            ):
                 missing.append(f"{path.name}:{node.lineno} torch.{node.func.attr}")
     assert not missing, "tensors created without device=: " + ", ".join(missing)
 
 
-QUICK = {"autocast": {}, "underflow": {"scales": (1.0, 2.0**16)}, "scaler": {"steps": 6},
-         "clip": {"sweep_widths": (16,)}, "amp": {"curve_steps": 2, "time_runs": False, "modes": ("fp32", "bf16", "fp16")},
-         "accumulation": {"ks": (1, 2)}, "inplace": {}, "checkpoint": {"depths": (1,), "time_runs": False}}
+QUICK = {
+    "autocast": {},
+    "underflow": {"scales": (1.0, 2.0**16)},
+    "scaler": {"steps": 6},
+    "clip": {"sweep_widths": (16,)},
+    "amp": {"curve_steps": 2, "time_runs": False, "modes": ("fp32", "bf16", "fp16")},
+    "accumulation": {"ks": (1, 2)},
+    "inplace": {},
+    "checkpoint": {"depths": (1,), "time_runs": False},
+}
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))])
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+)
 @pytest.mark.parametrize("name", list(QUICK))
 def test_every_experiment_runs_on_the_device(name, device):
     result = run_experiment(name, device=device, preset="cpu-small", **QUICK[name])

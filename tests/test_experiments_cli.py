@@ -34,8 +34,20 @@ def test_cli_rejects_unknown_device_and_experiment(capsys):
 def test_module_entry_point_runs(tmp_path):
     out = tmp_path / "r.json"
     done = subprocess.run(
-        [sys.executable, "-m", "autogradlab.models.experiments", "inplace", "--device", "cpu", "--quiet", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "autogradlab.models.experiments",
+            "inplace",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert load_results(out).results["inplace"]["cases"][0]["raised"] is True
@@ -43,13 +55,23 @@ def test_module_entry_point_runs(tmp_path):
 
 def test_recorded_loader_picks_latest_and_describes_it(tmp_path):
     for name, date in (("gpu_a.json", "2026-01-01T00:00:00+00:00"), ("gpu_b.json", "2026-02-01T10:30:00+00:00")):
-        header = {"device": "cuda", "device_name": "NVIDIA X", "torch": "2.13.0", "date": date, "command": "c", "preset": "gpu-large"}
+        header = {
+            "device": "cuda",
+            "device_name": "NVIDIA X",
+            "torch": "2.13.0",
+            "date": date,
+            "command": "c",
+            "preset": "gpu-large",
+        }
         (tmp_path / name).write_text(json.dumps({"header": header, "results": {"clip": {}}}))
     (tmp_path / "cpu_a.json").write_text(json.dumps({"header": {}, "results": {}}))
     assert [p.name for p in recorded_files("gpu", tmp_path)] == ["gpu_a.json", "gpu_b.json"]
     latest = latest_recorded("gpu", tmp_path)
     assert latest.path.name == "gpu_b.json"
-    assert latest.describe() == "measured on NVIDIA X (cuda) · torch 2.13.0 · 2026-02-01 10:30 UTC · preset gpu-large · `c`"
+    assert (
+        latest.describe()
+        == "measured on NVIDIA X (cuda) · torch 2.13.0 · 2026-02-01 10:30 UTC · preset gpu-large · `c`"
+    )
     assert latest_recorded("tpu", tmp_path) is None
     with pytest.raises(ValueError, match="header lacks"):
         latest_recorded("cpu", tmp_path)
@@ -72,12 +94,26 @@ def test_recorded_summary_shows_a_gpu_file_with_its_provenance(tmp_path):
     from autogradlab.models.experiments.common import as_record
 
     assert recorded_summary("gpu", tmp_path).startswith("No GPU has run these experiments for the course yet")
-    header = {"device": "cuda", "device_name": "NVIDIA Synthetic", "torch": "2.13.0", "date": "2026-03-04T05:06:00+00:00",
-              "command": "python -m autogradlab.models.experiments all --device cuda", "preset": "gpu-large"}
-    results = {"autocast": as_record(run_autocast("cpu")), "inplace": as_record(run_inplace("cpu")), "amp": {"rows": "old format"}}
+    header = {
+        "device": "cuda",
+        "device_name": "NVIDIA Synthetic",
+        "torch": "2.13.0",
+        "date": "2026-03-04T05:06:00+00:00",
+        "command": "python -m autogradlab.models.experiments all --device cuda",
+        "preset": "gpu-large",
+    }
+    results = {
+        "autocast": as_record(run_autocast("cpu")),
+        "inplace": as_record(run_inplace("cpu")),
+        "amp": {"rows": "old format"},
+    }
     (tmp_path / "gpu_synthetic.json").write_text(json.dumps({"header": header, "results": results}))
     text = recorded_summary("gpu", tmp_path)
     first = text.splitlines()[0]
-    assert "gpu_synthetic.json" in first and "measured on NVIDIA Synthetic (cuda)" in first and "2026-03-04 05:06 UTC" in first
+    assert (
+        "gpu_synthetic.json" in first
+        and "measured on NVIDIA Synthetic (cuda)" in first
+        and "2026-03-04 05:06 UTC" in first
+    )
     assert "**autocast**" in text and "| op |" in text and "**inplace**" in text and "| case |" in text
     assert "a format this version cannot read" in text  # an unreadable record is said so, not a traceback

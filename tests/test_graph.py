@@ -76,7 +76,9 @@ def test_ids_are_stable_across_runs_of_the_same_program():
         return capture(out[:, 0].sum(), params=model)
 
     a, b = run(), run()
-    assert [(n.id, n.name, n.param_name, n.shape) for n in a.nodes] == [(n.id, n.name, n.param_name, n.shape) for n in b.nodes]
+    assert [(n.id, n.name, n.param_name, n.shape) for n in a.nodes] == [
+        (n.id, n.name, n.param_name, n.shape) for n in b.nodes
+    ]
     assert list(a.edges) == list(b.edges)
     assert to_svg(a) == to_svg(b)
 
@@ -147,7 +149,10 @@ def test_custom_autograd_function_saved_tensors_and_ctx_attributes():
     g = capture(y.sum(), params={"x": x})
     node = g.find("CubeBackward")[0]
     assert node.kind == "op" and node.shape == (5,)
-    assert [(s.name, s.shape, s.state) for s in node.saved] == [("saved_tensors[0]", (5,), "ok"), ("ctx.shadow", (5,), "ok")]
+    assert [(s.name, s.shape, s.state) for s in node.saved] == [
+        ("saved_tensors[0]", (5,), "ok"),
+        ("ctx.shadow", (5,), "ok"),
+    ]
     assert node.saved[0].leaf_name == "x" and "save_for_backward" in node.saved[1].note
     y.sum().backward()
     after = capture(y)
@@ -277,7 +282,9 @@ def test_forward_index_follows_forward_order():
     x = torch.randn(3, requires_grad=True)
     g = capture(x.sin().exp().sum())
     assert {n.name: n.forward_index for n in g.nodes if n.kind == "op"} == {
-        "SinBackward0": 0, "ExpBackward0": 1, "SumBackward0": 2,
+        "SinBackward0": 0,
+        "ExpBackward0": 1,
+        "SumBackward0": 2,
     }
 
 
@@ -339,7 +346,7 @@ def test_sparse_leaf_and_saved_sparse_tensor_are_captured_with_a_note(layout):
     assert sorted(g.params_with_grad()) == ["a", "w"]
     (leaf_a,) = g.find("a")
     assert f"sparse {layout.upper()} tensor" in leaf_a.note and g.find("w")[0].note == ""
-    (node, saved), = g.uncounted()
+    ((node, saved),) = g.uncounted()
     # Its own size is its index and value tensors (3 non-zeros), not the 4 x 3 dense size.
     parts = (a.crow_indices(), a.col_indices(), a.values()) if layout == "csr" else (a._indices(), a._values())
     assert saved.nbytes == sum(t.numel() * t.element_size() for t in parts) and saved.storage is None

@@ -51,7 +51,7 @@ def test_non_scalar_output_is_seeded_with_ones():
     w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
     rec = record_backward(w * 3)
     assert rec.leaf_grads[2].tolist() == [3.0, 3.0, 3.0]
-    assert rec.steps[0].grad_norm == pytest.approx(3 ** 0.5)
+    assert rec.steps[0].grad_norm == pytest.approx(3**0.5)
 
 
 def test_stale_graph_reports_the_error_and_restores_grads():

@@ -53,7 +53,9 @@ def test_no_import_goes_up_a_layer():
         own = layer_of(module_name(path))
         for line, target in imports_of(path):
             if LAYERS.index(layer_of(target)) > LAYERS.index(own):
-                back_edges.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {target} ({layer_of(target)})")
+                back_edges.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {target} ({layer_of(target)})"
+                )
     assert not back_edges, "imports against the layer order:\n" + "\n".join(back_edges)
 
 

@@ -43,7 +43,12 @@ def real_gradscaler_trace(overflows, **kwargs):
 SETTINGS = [
     {},  # GradScaler's defaults
     {"init_scale": 2.0**10, "growth_interval": 3},
-    {"init_scale": 1000.0, "growth_interval": 1, "backoff_factor": 0.3, "growth_factor": 1.7},  # float32 rounding matters
+    {
+        "init_scale": 1000.0,
+        "growth_interval": 1,
+        "backoff_factor": 0.3,
+        "growth_factor": 1.7,
+    },  # float32 rounding matters
     {"init_scale": 3.0, "growth_interval": 2, "backoff_factor": 0.77, "growth_factor": 3.1},
     {"init_scale": 2.0**120, "growth_interval": 1, "growth_factor": 2.0**5},  # growth would overflow float32: kept
 ]
@@ -62,10 +67,20 @@ def test_simulation_matches_real_gradscaler(settings, seed):
 
 
 def test_fixed_sequences_match_real_gradscaler():
-    for overflows in ([], [True] * 30, [False] * 9, [False, False, True, False, False, False, True, True, False, False]):
+    for overflows in (
+        [],
+        [True] * 30,
+        [False] * 9,
+        [False, False, True, False, False, False, True, True, False, False],
+    ):
         scales, skipped, final, tracker = real_gradscaler_trace(overflows, init_scale=8.0, growth_interval=2)
         trace = scale_trace(overflows, init_scale=8.0, growth_interval=2)
-        assert (trace.scales, trace.skipped_steps, trace.final_scale, trace.growth_tracker) == (scales, skipped, final, tracker)
+        assert (trace.scales, trace.skipped_steps, trace.final_scale, trace.growth_tracker) == (
+            scales,
+            skipped,
+            final,
+            tracker,
+        )
 
 
 def test_simulate_with_natural_overflow_matches_real_gradscaler():

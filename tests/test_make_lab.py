@@ -23,9 +23,16 @@ def test_make_lab_serves_chapter_00(tmp_path):
     log_path = tmp_path / "lab.log"
     with open(log_path, "w") as log:
         lab = subprocess.Popen(
-            ["make", "--no-print-directory", "lab",
-             f"LAB_ARGS=--no-browser --allow-root --ServerApp.ip=127.0.0.1 --port {port} --ServerApp.port_retries=0"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                "make",
+                "--no-print-directory",
+                "lab",
+                f"LAB_ARGS=--no-browser --allow-root --ServerApp.ip=127.0.0.1 --port {port} --ServerApp.port_retries=0",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         url = None

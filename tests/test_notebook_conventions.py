@@ -100,7 +100,9 @@ def test_states_its_estimated_time_by_the_course_rule(notebook):
     assert len(pace.exercise_minutes) == len(headings), (
         f"{path.name}: every exercise heading states its time, e.g. '### Exercise 1 — the VJP of softmax (about 15 min)'"
     )
-    assert pace.stated is not None, f"{path.name}: the first cell needs '*Estimated time: about {pace.rounded} minutes.*'"
+    assert pace.stated is not None, (
+        f"{path.name}: the first cell needs '*Estimated time: about {pace.rounded} minutes.*'"
+    )
     assert pace.stated == pace.rounded, (
         f"{path.name} states {pace.stated} minutes; the rule gives {pace.minutes} → about {pace.rounded} minutes "
         f"({pace.words} words, {pace.demo_cells} demo cells, exercises {pace.exercise_minutes})"

@@ -7,6 +7,8 @@ import pytest
 from autogradlab.models.experiments import as_record, run_amp, run_checkpoint, run_scaler, run_underflow
 from autogradlab.models.experiments.common import json_safe
 from autogradlab.views.plots import (
+    figure_png,
+    new_figure,
     plot_checkpoint,
     plot_fraction_of_peak,
     plot_loss_curves,
@@ -14,7 +16,6 @@ from autogradlab.views.plots import (
     plot_scale_trace,
     plot_underflow,
 )
-from autogradlab.views.plots import figure_png, new_figure
 
 
 @pytest.fixture(scope="module")

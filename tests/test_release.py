@@ -12,7 +12,14 @@ from autogradlab.release.__main__ import main
 
 
 def nbgrader(grade_id, *, solution=False, grade=False, points=None):
-    meta = {"schema_version": 3, "grade_id": grade_id, "solution": solution, "grade": grade, "locked": grade, "task": False}
+    meta = {
+        "schema_version": 3,
+        "grade_id": grade_id,
+        "solution": solution,
+        "grade": grade,
+        "locked": grade,
+        "task": False,
+    }
     if points is not None:
         meta["points"] = points
     return {"nbgrader": meta}
@@ -74,8 +81,10 @@ def test_markdown_solution_cell_gets_answer_stub():
         ([new_code_cell("### BEGIN SOLUTION\nx = 1", metadata=nbgrader("a", solution=True))], "unterminated region"),
         ([new_code_cell("x = 1\n### END SOLUTION", metadata=nbgrader("a", solution=True))], "without a matching"),
         ([new_code_cell("x = 1", metadata=nbgrader("a", solution=True))], "needs a '### BEGIN SOLUTION' region"),
-        ([new_code_cell("### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS", metadata=nbgrader("a", solution=True))],
-         "outside a check"),
+        (
+            [new_code_cell("### BEGIN HIDDEN TESTS\n### END HIDDEN TESTS", metadata=nbgrader("a", solution=True))],
+            "outside a check",
+        ),
         ([new_code_cell("check()", metadata=nbgrader("a", grade=True))], "numeric 'points'"),
         (
             [
@@ -126,7 +135,9 @@ def test_cli_reports_orphan_chapter_and_bad_notebook(tmp_path, capsys):
 def test_cli_error_is_one_line_not_a_traceback(tmp_path):
     bad = new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\n")])
     root = make_repo(tmp_path, bad)
-    run = subprocess.run([sys.executable, "-m", "autogradlab.release", "--root", str(root)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "autogradlab.release", "--root", str(root)], capture_output=True, text=True
+    )
     assert run.returncode == 2
     assert "Traceback" not in run.stderr and "01_demo.ipynb, cell 0" in run.stderr
 
@@ -146,7 +157,9 @@ def test_every_chapter_exercise_has_a_check_cell_right_after(repo_root):
 
 def _predict_notebook():
     prompt = new_markdown_cell("**Predict:** what does it print?")
-    answer = new_code_cell("print(2)", metadata={"tags": ["answers-prediction"]}, outputs=[new_output("stream", text="2\n")])
+    answer = new_code_cell(
+        "print(2)", metadata={"tags": ["answers-prediction"]}, outputs=[new_output("stream", text="2\n")]
+    )
     other = new_code_cell("print(3)", outputs=[new_output("stream", text="3\n")])
     return new_notebook(cells=[prompt, answer, other])
 

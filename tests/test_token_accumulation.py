@@ -10,6 +10,7 @@ from autogradlab.models.token_accumulation import (
     accumulation_error,
     full_batch_gradient,
     micro_batch_loss,
+    micro_batch_tokens,
     sweep,
     token_batch,
     token_losses,
@@ -17,7 +18,6 @@ from autogradlab.models.token_accumulation import (
     token_weights,
     valid_accum_steps,
 )
-from autogradlab.models.token_accumulation import micro_batch_tokens
 
 
 def test_token_batch_lengths_follow_the_spread():

@@ -10,7 +10,7 @@ True
 from __future__ import annotations
 
 import platform
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -61,10 +61,11 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return f"Apple GPU (MPS) on {platform.machine()}"
-    return f"{_cpu_model()}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{_cpu_model()}, {threads} thread{'s' if threads != 1 else ''}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -76,7 +77,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-@lru_cache(maxsize=None)
+@cache
 def bf16_autocast_supported(device_type: str = "cpu") -> bool:
     """Whether bf16 autocast really runs a matmul in bf16 on this device type.
 

@@ -47,8 +47,13 @@ def ours(loss, params, repeat):
     best_c, med_c, graph = timed(lambda: capture(loss, params=params), repeat)
     best_r, med_r, svg = timed(lambda: to_svg(graph, collapse=False), repeat)
     best_t, med_t, _ = timed(lambda: to_svg(capture(loss, params=params), collapse=False), repeat)
-    return {"nodes": len(graph.nodes), "capture": (best_c, med_c), "render": (best_r, med_r),
-            "total": (best_t, med_t), "svg_kb": len(svg) / 1e3}
+    return {
+        "nodes": len(graph.nodes),
+        "capture": (best_c, med_c),
+        "render": (best_r, med_r),
+        "total": (best_t, med_t),
+        "svg_kb": len(svg) / 1e3,
+    }
 
 
 def torchviz_time(loss, params, dot_timeout):
@@ -107,8 +112,11 @@ def robustness() -> list[str]:
         x = torch.randn(3, requires_grad=True)
         return (x * x).sum()
 
-    for name, build in (("graph after backward()", after_backward), ("saved tensor changed in place", stale),
-                        ("one tensor saved twice (x * x)", same_tensor_twice)):
+    for name, build in (
+        ("graph after backward()", after_backward),
+        ("saved tensor changed in place", stale),
+        ("one tensor saved twice (x * x)", same_tensor_twice),
+    ):
         y = build()
         try:
             dot = make_dot(y, show_saved=True)
@@ -131,11 +139,15 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", help="names of graphs to run (default: all)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
-          f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
+        f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+    )
     print()
-    print("| graph | nodes (ours / torchviz) | ours: capture ms | ours: layout+SVG ms | ours: total ms "
-          "| torchviz make_dot ms | dot -Tsvg ms | torchviz+dot ms | speed-up |")
+    print(
+        "| graph | nodes (ours / torchviz) | ours: capture ms | ours: layout+SVG ms | ours: total ms "
+        "| torchviz make_dot ms | dot -Tsvg ms | torchviz+dot ms | speed-up |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, build in GRAPHS.items():
         if args.only and name not in args.only:
@@ -154,8 +166,11 @@ def main(argv=None) -> int:
         md = f"{theirs['make_dot']:.0f}" if theirs["make_dot"] is not None else "—"
         dt = f"{theirs['dot']:.0f}" if theirs["dot"] is not None else "—"
         note = f" ({theirs['note'].rstrip('; ')})" if theirs["note"] else ""
-        print(f"| {name} | {mine['nodes']} / {theirs.get('dot_nodes', '—')} | {fmt(mine['capture'])} | "
-              f"{fmt(mine['render'])} | {fmt(mine['total'])} | {md}{note} | {dt} | {them_text} | {speed} |", flush=True)
+        print(
+            f"| {name} | {mine['nodes']} / {theirs.get('dot_nodes', '—')} | {fmt(mine['capture'])} | "
+            f"{fmt(mine['render'])} | {fmt(mine['total'])} | {md}{note} | {dt} | {them_text} | {speed} |",
+            flush=True,
+        )
     print()
     print("Speed-up = (torchviz make_dot + dot) / our median total. Ours draws every node (collapse=False),")
     print("with saved tensors and shapes; both sides start from the same live graph.")

@@ -16,6 +16,16 @@ from autogradlab.graph.trace import BackwardRecord, Step, record_backward
 from autogradlab.graph.traverse import capture, describe_ungraphable, node_name
 
 __all__ = [
-    "capture", "record_backward", "module_groups", "describe_ungraphable", "node_name",
-    "Graph", "Node", "Edge", "Saved", "BackwardRecord", "Step", "format_shape",
+    "capture",
+    "record_backward",
+    "module_groups",
+    "describe_ungraphable",
+    "node_name",
+    "Graph",
+    "Node",
+    "Edge",
+    "Saved",
+    "BackwardRecord",
+    "Step",
+    "format_shape",
 ]

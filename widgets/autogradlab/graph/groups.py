@@ -98,7 +98,7 @@ def _chunk_names(ordered: list[str], max_groups: int) -> dict[str, str]:
     size = math.ceil(len(ordered) / max_groups)
     names = {}
     for start in range(0, len(ordered), size):
-        run = ordered[start:start + size]
+        run = ordered[start : start + size]
         label = f"{run[0]} … {run[-1]}" if len(run) > 1 else run[0]
         names.update({g: label for g in run})
     return names

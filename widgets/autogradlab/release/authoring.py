@@ -11,7 +11,14 @@ from nbformat.v4 import new_code_cell
 
 
 def _nbgrader(grade_id: str, *, solution: bool, grade: bool, points: float | None = None) -> dict:
-    meta = {"schema_version": 3, "grade_id": grade_id, "solution": solution, "grade": grade, "locked": grade, "task": False}
+    meta = {
+        "schema_version": 3,
+        "grade_id": grade_id,
+        "solution": solution,
+        "grade": grade,
+        "locked": grade,
+        "task": False,
+    }
     if grade:
         meta["points"] = points
     return meta

@@ -111,7 +111,9 @@ def validate(nb, notebook: str) -> None:
         solution_markers = {m for m in markers if m.endswith("SOLUTION")}
         hidden_markers = markers - solution_markers
         if solution_markers and role != "solution":
-            raise ReleaseError(f"{where}: '### BEGIN/END SOLUTION' outside a solution cell (set nbgrader solution: true)")
+            raise ReleaseError(
+                f"{where}: '### BEGIN/END SOLUTION' outside a solution cell (set nbgrader solution: true)"
+            )
         if hidden_markers and role != "check":
             raise ReleaseError(f"{where}: '### BEGIN/END HIDDEN TESTS' outside a check (grade) cell")
         if role == "solution":
@@ -121,7 +123,9 @@ def validate(nb, notebook: str) -> None:
         if role == "check":
             _replace_regions(cell.source.splitlines(), BEGIN_HIDDEN, END_HIDDEN, where, False)
         if ANSWER_TAG in cell.get("metadata", {}).get("tags", []) and (cell.cell_type != "code" or role != "plain"):
-            raise ReleaseError(f"{where}: the {ANSWER_TAG!r} tag belongs on a plain code cell (not an exercise or check)")
+            raise ReleaseError(
+                f"{where}: the {ANSWER_TAG!r} tag belongs on a plain code cell (not an exercise or check)"
+            )
 
 
 def _add_tag(cell, tag: str) -> None:

@@ -14,6 +14,7 @@ from autogradlab.models.token_accumulation import (
 )
 from autogradlab.render.chart import BLUE, CRIMSON, GRAY, Chart, power
 from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
+from autogradlab.views.static import StaticFallback
 
 FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
 WIDTH, HEIGHT = 860, 330
@@ -22,7 +23,7 @@ WIDTH, HEIGHT = 860, 330
 _SWEEPS: dict[tuple, list] = {}
 
 
-class AccumulationLab(w.VBox):
+class AccumulationLab(StaticFallback, w.VBox):
     """Pick K, the reduction, the length spread and the dtype; the plots show every K, the marker your K.
 
     >>> lab = AccumulationLab()

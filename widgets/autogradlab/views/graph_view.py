@@ -12,9 +12,10 @@ from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphab
 from autogradlab.render import MAX_NODES, build_scene, to_svg
 from autogradlab.units import format_bytes
 from autogradlab.views.common import PICTURE_CLASS, never_raises
+from autogradlab.views.static import StaticFallback
 
 
-class GraphView(w.VBox):
+class GraphView(StaticFallback, w.VBox):
     """Show the graph behind a tensor (or a function returning one) and step through backward.
 
     ``GraphView(loss, params=model)`` draws the graph of ``loss``;

@@ -17,13 +17,14 @@ from autogradlab.models.loss_scale import (
 )
 from autogradlab.render.chart import BLUE, CRIMSON, GRAY, ORANGE, PURPLE, Chart, bin_counts
 from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
+from autogradlab.views.static import StaticFallback
 
 _EDGES = [float(b) for b in range(-50, 22)]  # log₂|g| bins: fp16's whole range and some room on both sides
 WIDTH, HEIGHT = 880, 350
 _CACHE_SIZE = 64
 
 
-class LossScaleLab(w.VBox):
+class LossScaleLab(StaticFallback, w.VBox):
     """Set the scaler's knobs and an overflow rate; see the scale over the run and where the gradients land in fp16.
 
     A step overflows when an injected overflow hits it (a bad batch, a loss spike)

@@ -44,16 +44,25 @@ def plot_underflow(ax, result) -> None:
     edges = rec["histogram_edges"]
     centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
     unscaled = next((r for r in rec["rows"] if r["scale"] == 1.0), None)
-    label = "|g| in fp32" + (f": {100 * unscaled['flushed_fraction']:.2g}% flushed in fp16 backward" if unscaled else "")
+    label = "|g| in fp32" + (
+        f": {100 * unscaled['flushed_fraction']:.2g}% flushed in fp16 backward" if unscaled else ""
+    )
     ax.bar(centers, rec["histogram_counts"], width=1.0, color="gray", alpha=0.6, label=label)
     lo, tiny, hi = (math.log2(rec[k]) for k in ("fp16_min_subnormal", "fp16_min_normal", "fp16_max"))
     ax.axvspan(edges[0], lo - 1, color="crimson", alpha=0.12, label="fp16: flushed to 0")
     ax.axvspan(lo - 1, tiny, color="orange", alpha=0.15, label="fp16: subnormal")
     ax.axvline(hi, color="purple", ls="--", lw=1, label="fp16 max (65504)")
-    for row, color in zip((r for r in rec["rows"] if r["scale"] != 1.0), ("tab:blue", "tab:green", "tab:olive", "tab:cyan")):
+    for row, color in zip(
+        (r for r in rec["rows"] if r["scale"] != 1.0), ("tab:blue", "tab:green", "tab:olive", "tab:cyan")
+    ):
         shift = math.log2(row["scale"])  # multiplying the loss by S moves every log₂|g| right by log₂ S
-        ax.stairs(rec["histogram_counts"], [e + shift for e in edges], color=color, lw=1.2,
-                  label=f"|g| × 2^{shift:.3g}: {100 * row['flushed_fraction']:.2g}% flushed in fp16 backward")
+        ax.stairs(
+            rec["histogram_counts"],
+            [e + shift for e in edges],
+            color=color,
+            lw=1.2,
+            label=f"|g| × 2^{shift:.3g}: {100 * row['flushed_fraction']:.2g}% flushed in fp16 backward",
+        )
     ax.set_xlabel("log₂ |gradient|")
     ax.set_ylabel("count")
     ax.legend(fontsize=7, loc="upper left")
@@ -67,8 +76,15 @@ def plot_scale_trace(ax, result) -> None:
     skipped = rec["skipped_steps"]
     ax.plot(skipped, [math.log2(rec["scale_before"][i]) for i in skipped], "x", color="crimson", label="skipped step")
     for step, kind in zip(rec["injected"], rec["injected_kinds"]):
-        ax.annotate(kind, (step, math.log2(rec["scale_before"][step])), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=7, color="crimson")
+        ax.annotate(
+            kind,
+            (step, math.log2(rec["scale_before"][step])),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+            color="crimson",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("log₂ scale")
     ax.legend(fontsize=8)
@@ -116,9 +132,16 @@ def plot_checkpoint(ax, result) -> None:
     for ckpt, color in ((False, "tab:red"), (True, "tab:green")):
         rows = [r for r in rec["rows"] if r["checkpoint"] == ckpt]
         name = "checkpointed" if ckpt else "plain"
-        ax.plot([r["depth"] for r in rows], [r["predicted_saved_bytes"] / 2**20 for r in rows], "o-", color=color,
-                label=f"{name}: predicted from the graph")
-        measured = [(r["depth"], r["measured_held_bytes"] / 2**20) for r in rows if r["measured_held_bytes"] is not None]
+        ax.plot(
+            [r["depth"] for r in rows],
+            [r["predicted_saved_bytes"] / 2**20 for r in rows],
+            "o-",
+            color=color,
+            label=f"{name}: predicted from the graph",
+        )
+        measured = [
+            (r["depth"], r["measured_held_bytes"] / 2**20) for r in rows if r["measured_held_bytes"] is not None
+        ]
         if measured:
             ax.plot(*zip(*measured), "s", mfc="none", ms=9, color=color, label=f"{name}: measured (CUDA allocator)")
     ax.set_xlabel("depth (blocks)")

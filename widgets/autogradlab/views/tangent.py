@@ -7,11 +7,12 @@ import ipywidgets as w
 from autogradlab.models.calculus import FUNCTIONS, curve, tangent
 from autogradlab.render.chart import BLUE, INK, ORANGE, Chart
 from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
+from autogradlab.views.static import StaticFallback
 
 WIDTH, HEIGHT = 560, 330
 
 
-class TangentExplorer(w.VBox):
+class TangentExplorer(StaticFallback, w.VBox):
     """Pick a function and a point; the plot and autograd's derivative update live.
 
     >>> view = TangentExplorer()

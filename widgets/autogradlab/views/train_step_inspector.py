@@ -8,12 +8,13 @@ import ipywidgets as w
 
 from autogradlab.models.train_state import STATE_TITLES, StepSession
 from autogradlab.views.common import PICTURE_CLASS
+from autogradlab.views.static import StaticFallback
 
 _CHANGED = "background:#ffe58a;font-weight:600"
 _CELL = "padding:2px 8px;line-height:1.4;white-space:nowrap;border-bottom:1px solid #ddd;text-align:left;font-family:monospace;font-size:12px"
 
 
-class TrainStepInspector(w.VBox):
+class TrainStepInspector(StaticFallback, w.VBox):
     """Step through a ``train_step`` on a small model; changed state cells are highlighted.
 
     ``step``: your own function (arguments named from ``model, batch, optimizer,

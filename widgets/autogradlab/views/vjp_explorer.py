@@ -18,6 +18,7 @@ from autogradlab.models.vjp import (
 )
 from autogradlab.render.chart import INK, MUTED, Chart, number, text_width
 from autogradlab.views.common import message_html, never_raises, one_thread, picture
+from autogradlab.views.static import StaticFallback
 
 ZERO_UP_TO_ROUNDING = 100  # an entry of vᵀJ within this many rounding levels of 0 is zero up to rounding:
 # it is printed ≈0 and drawn white, and the colour scale of the VJP rows never gets finer than that
@@ -27,7 +28,7 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return ", ".join(str(s) for s in shape)
 
 
-class VJPExplorer(w.VBox):
+class VJPExplorer(StaticFallback, w.VBox):
     """Choose an op, its input shapes, a dim and an upstream vector; the Jacobian and both VJPs redraw.
 
     Invalid choices (shapes that do not fit, a dim that does not exist) show a message instead of a plot.

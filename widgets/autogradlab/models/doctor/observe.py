@@ -35,7 +35,12 @@ from autogradlab.tracebacks import error_frames, learner_frames, stack_frames
 MODE_MODULES = internals.MODE_MODULES
 _CLIP_NAMES = {
     "torch.nn.utils": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_"),
-    "torch.nn.utils.clip_grad": ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", internals.CLIP_WITH_NORM_PRIVATE),
+    "torch.nn.utils.clip_grad": (
+        "clip_grad_norm_",
+        "clip_grad_norm",
+        "clip_grad_value_",
+        internals.CLIP_WITH_NORM_PRIVATE,
+    ),
 }
 
 

@@ -16,12 +16,22 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from autogradlab.models.experiments.accumulation_rounding import AccumulationResult, accumulation_table, run_accumulation
+from autogradlab.models.experiments.accumulation_rounding import (
+    AccumulationResult,
+    accumulation_table,
+    run_accumulation,
+)
 from autogradlab.models.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
 from autogradlab.models.experiments.autocast_dtypes import AutocastResult, autocast_table, run_autocast
-from autogradlab.models.experiments.checkpoint import CheckpointResult, checkpoint_table, run_checkpoint, saved_activation_bytes
+from autogradlab.models.experiments.checkpoint import (
+    CheckpointResult,
+    checkpoint_table,
+    run_checkpoint,
+    saved_activation_bytes,
+)
 from autogradlab.models.experiments.clip import ClipResult, clip_sweep_table, clip_table, run_clip
 from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
 from autogradlab.models.experiments.inplace import InplaceResult, inplace_table, run_inplace
@@ -80,8 +90,10 @@ def recorded_summary(kind: str = "gpu", folder=None) -> str:
     """
     recorded = latest_recorded(kind, folder)
     if recorded is None:
-        return (f"No {kind.upper()} has run these experiments for the course yet (the package has no recorded `{kind}_*.json` in `autogradlab/data/`): "
-                "every table and plot in this chapter is measured live on your device.")
+        return (
+            f"No {kind.upper()} has run these experiments for the course yet (the package has no recorded `{kind}_*.json` in `autogradlab/data/`): "
+            "every table and plot in this chapter is measured live on your device."
+        )
     parts = [f"**Recorded on a {kind.upper()}** (`{recorded.path.name}`): {recorded.describe()}"]
     for name, rec in recorded.results.items():
         try:
@@ -93,9 +105,37 @@ def recorded_summary(kind: str = "gpu", folder=None) -> str:
 
 
 __all__ = [
-    "EXPERIMENTS", "PRESETS", "AccumulationResult", "AmpResult", "AutocastResult", "CheckpointResult", "ClipResult",
-    "InplaceResult", "Recorded", "ScalerResult", "UnderflowResult", "as_record", "clip_sweep_table", "experiment_device",
-    "fp16_fate", "header", "largest_mlp_fraction", "latest_recorded", "load_results", "recorded_files", "recorded_summary",
-    "resolve_preset", "run_accumulation", "run_amp", "run_autocast", "run_checkpoint", "run_clip", "run_experiment",
-    "run_inplace", "run_scaler", "run_underflow", "saved_activation_bytes", "table",
+    "EXPERIMENTS",
+    "PRESETS",
+    "AccumulationResult",
+    "AmpResult",
+    "AutocastResult",
+    "CheckpointResult",
+    "ClipResult",
+    "InplaceResult",
+    "Recorded",
+    "ScalerResult",
+    "UnderflowResult",
+    "as_record",
+    "clip_sweep_table",
+    "experiment_device",
+    "fp16_fate",
+    "header",
+    "largest_mlp_fraction",
+    "latest_recorded",
+    "load_results",
+    "recorded_files",
+    "recorded_summary",
+    "resolve_preset",
+    "run_accumulation",
+    "run_amp",
+    "run_autocast",
+    "run_checkpoint",
+    "run_clip",
+    "run_experiment",
+    "run_inplace",
+    "run_scaler",
+    "run_underflow",
+    "saved_activation_bytes",
+    "table",
 ]

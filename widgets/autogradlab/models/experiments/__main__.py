@@ -14,14 +14,25 @@ import time
 from pathlib import Path
 
 from autogradlab.models.experiments import EXPERIMENTS, largest_mlp_fraction, table
-from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, json_safe, resolve_preset
+from autogradlab.models.experiments.common import (
+    PRESETS,
+    as_record,
+    experiment_device,
+    header,
+    json_safe,
+    resolve_preset,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m autogradlab.models.experiments", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(
+        prog="python -m autogradlab.models.experiments", description=__doc__.split("\n\n")[1]
+    )
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"], help="which experiment to run, or all of them")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present, else CPU), cuda or cpu")
-    parser.add_argument("--preset", default="auto", choices=["auto", *PRESETS], help="sizes: auto = cpu-small on CPU, gpu-large on CUDA")
+    parser.add_argument(
+        "--preset", default="auto", choices=["auto", *PRESETS], help="sizes: auto = cpu-small on CPU, gpu-large on CUDA"
+    )
     parser.add_argument("--out", type=Path, help="write the results JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars and no tables")
     return parser.parse_args(argv)
@@ -50,7 +61,9 @@ def main(argv=None) -> int:
         if args.out:  # written after every experiment, so a crash late in a long GPU run keeps the rest
             _write(args.out, record)
     if not args.quiet:
-        print(record["header"]["command"], "·", record["header"]["device_name"], "·", "torch", record["header"]["torch"])
+        print(
+            record["header"]["command"], "·", record["header"]["device_name"], "·", "torch", record["header"]["torch"]
+        )
         for name in names:
             print(f"\n## {name} ({record['seconds'][name]} s)\n\n{table(name, record['results'][name])}")
             if name == "amp" and (fraction := largest_mlp_fraction(record["results"]["amp"])) is not None:

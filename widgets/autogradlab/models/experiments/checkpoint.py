@@ -18,8 +18,8 @@ backward, with the recomputed forward) and timed (median and IQR).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -91,6 +91,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
     current: list[int | None] = [None]
     handles = []
     for i, block in enumerate(blocks):
+
         def enter(_m, args, i=i):
             current[0] = i
             inputs[args[0].untyped_storage().data_ptr()] = args[0].untyped_storage().nbytes()
@@ -139,10 +140,29 @@ def checkpoint_table(result) -> str:
     """Markdown table of a checkpoint result (live or loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
     mib = lambda b: None if b is None else b / 2**20  # noqa: E731
-    rows = [[r["depth"], "yes" if r["checkpoint"] else "no", mib(r["predicted_saved_bytes"]), mib(r["measured_held_bytes"]),
-             mib(r["measured_peak_bytes"]), r["flops"] / 1e6, r["step_ms"], r["step_iqr_ms"]] for r in rec["rows"]]
-    head = ["depth", "checkpoint", "predicted saved MiB", "measured held MiB", "measured peak MiB", "MFLOP fwd+bwd",
-            "fwd+bwd ms (median)", "IQR ms"]
+    rows = [
+        [
+            r["depth"],
+            "yes" if r["checkpoint"] else "no",
+            mib(r["predicted_saved_bytes"]),
+            mib(r["measured_held_bytes"]),
+            mib(r["measured_peak_bytes"]),
+            r["flops"] / 1e6,
+            r["step_ms"],
+            r["step_iqr_ms"],
+        ]
+        for r in rec["rows"]
+    ]
+    head = [
+        "depth",
+        "checkpoint",
+        "predicted saved MiB",
+        "measured held MiB",
+        "measured peak MiB",
+        "MFLOP fwd+bwd",
+        "fwd+bwd ms (median)",
+        "IQR ms",
+    ]
     return markdown_table(head, rows)
 
 
@@ -150,7 +170,9 @@ def _loss(model, x):
     return model(x).square().mean()
 
 
-def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_runs: bool = True, progress_bar: bool = False) -> CheckpointResult:
+def run_checkpoint(
+    device="auto", preset: str = "auto", *, depths=None, time_runs: bool = True, progress_bar: bool = False
+) -> CheckpointResult:
     """For each depth: predict saved bytes from the graph (and measure them on CUDA), count and time forward+backward."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
@@ -158,16 +180,21 @@ def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_run
     depths = cfg.depths if depths is None else tuple(depths)
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(cfg.batch, cfg.width, device=device, generator=gen)
-    note = ("measured = torch.cuda.memory_allocated after forward minus before (held), and max_memory_allocated during "
-            "forward+backward minus before (peak)") if device.type == "cuda" else \
-        "no allocator statistics on the CPU: measured columns need CUDA"
+    note = (
+        (
+            "measured = torch.cuda.memory_allocated after forward minus before (held), and max_memory_allocated during "
+            "forward+backward minus before (peak)"
+        )
+        if device.type == "cuda"
+        else "no allocator statistics on the CPU: measured columns need CUDA"
+    )
     result = CheckpointResult(device.type, preset, cfg.batch, cfg.width, measured_note=note)
     work = [(d, c) for d in depths for c in (False, True)]
     for depth, use_ckpt in progress(work, desc="checkpoint", enabled=progress_bar):
         torch.manual_seed(1)
         model = Stack(cfg.width, depth, use_checkpoint=False).to(device)
         params = list(model.parameters())
-        graph = saved_activation_bytes(lambda: _loss(model, x), params=params, blocks=list(model.blocks))
+        graph = saved_activation_bytes(lambda m=model: _loss(m, x), params=params, blocks=list(model.blocks))
         del graph["output"]
         # with every block checkpointed, the blocks' inputs stay and one block is recomputed at a time
         predicted = graph["block_inputs"] + graph["outside"] if use_ckpt else graph["total"]
@@ -187,17 +214,23 @@ def run_checkpoint(device="auto", preset: str = "auto", *, depths=None, time_run
             del loss
             model.zero_grad(set_to_none=True)
 
-        def fwd_bwd():
+        def fwd_bwd(model=model):  # bound now: the loop deletes `model` at the end of each iteration
             model.zero_grad(set_to_none=True)
             _loss(model, x).backward()
 
         stats = time_stats(fwd_bwd, device, cfg.min_run_time) if time_runs else None
-        result.rows.append({
-            "depth": depth, "checkpoint": use_ckpt, "predicted_saved_bytes": int(predicted),
-            "predicted_recompute_bytes": int(max(graph["per_block"], default=0)) if use_ckpt else 0,
-            "measured_held_bytes": held, "measured_peak_bytes": peak, "flops": count_flops(fwd_bwd),
-            "step_ms": None if stats is None else stats["median_s"] * 1e3,
-            "step_iqr_ms": None if stats is None else stats["iqr_s"] * 1e3,
-        })
+        result.rows.append(
+            {
+                "depth": depth,
+                "checkpoint": use_ckpt,
+                "predicted_saved_bytes": int(predicted),
+                "predicted_recompute_bytes": int(max(graph["per_block"], default=0)) if use_ckpt else 0,
+                "measured_held_bytes": held,
+                "measured_peak_bytes": peak,
+                "flops": count_flops(fwd_bwd),
+                "step_ms": None if stats is None else stats["median_s"] * 1e3,
+                "step_iqr_ms": None if stats is None else stats["iqr_s"] * 1e3,
+            }
+        )
         del model, params
     return result

@@ -12,8 +12,9 @@ import dataclasses
 import math
 import os
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import torch
 from torch.utils import benchmark
@@ -123,8 +124,13 @@ def time_stats(fn: Callable[[], Any], device: torch.device, min_run_time: float)
     threads = TIMING_THREADS
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    return {"median_s": float(measurement.median), "iqr_s": float(measurement.iqr), "min_s": float(min(measurement.times)),
-            "blocks": len(measurement.times), "threads": threads}
+    return {
+        "median_s": float(measurement.median),
+        "iqr_s": float(measurement.iqr),
+        "min_s": float(min(measurement.times)),
+        "blocks": len(measurement.times),
+        "threads": threads,
+    }
 
 
 def count_flops(fn: Callable[[], Any]) -> int:
@@ -180,9 +186,11 @@ def header(device: torch.device, preset: str, command: str | None = None) -> dic
         "device_name": device_name(device),
         "torch": torch.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "preset": preset,
-        "command": command if command is not None else " ".join(["python", "-m", "autogradlab.models.experiments", *sys.argv[1:]]),
+        "command": command
+        if command is not None
+        else " ".join(["python", "-m", "autogradlab.models.experiments", *sys.argv[1:]]),
         # timings from a busy machine are slower: say how busy it was (None where the OS cannot tell)
         "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "cpu_threads": torch.get_num_threads(),

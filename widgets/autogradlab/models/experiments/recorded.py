@@ -48,8 +48,10 @@ def describe(header: dict) -> str:
     if "T" in date:
         day, time = date.split("T", 1)
         date = f"{day} {time[:5]} UTC"
-    return (f"measured on {header.get('device_name', '?')} ({header.get('device', '?')}) · torch {header.get('torch', '?')} · "
-            f"{date} · preset {header.get('preset', '?')} · `{header.get('command', '?')}`")
+    return (
+        f"measured on {header.get('device_name', '?')} ({header.get('device', '?')}) · torch {header.get('torch', '?')} · "
+        f"{date} · preset {header.get('preset', '?')} · `{header.get('command', '?')}`"
+    )
 
 
 def load_results(path) -> Recorded:
@@ -63,7 +65,9 @@ def load_results(path) -> Recorded:
         raise ValueError(f"{path} is not an experiments results file (needs 'header' and 'results')")
     missing = [k for k in HEADER_KEYS if k not in data["header"]]
     if missing:
-        raise ValueError(f"{path}: the header lacks {', '.join(missing)}; results must say where and when they were measured")
+        raise ValueError(
+            f"{path}: the header lacks {', '.join(missing)}; results must say where and when they were measured"
+        )
     return Recorded(path, data["header"], data["results"])
 
 
@@ -72,8 +76,10 @@ def recorded_files(kind: str = "gpu", folder: str | Path | None = None) -> list:
     folder = Path(folder) if folder is not None else data_dir()
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if p.name.startswith(f"{kind}_") and p.name.endswith(".json")),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in folder.iterdir() if p.name.startswith(f"{kind}_") and p.name.endswith(".json")),
+        key=lambda p: p.name,
+    )
 
 
 def latest_recorded(kind: str = "gpu", folder: str | Path | None = None) -> Recorded | None:

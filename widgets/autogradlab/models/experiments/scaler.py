@@ -36,9 +36,15 @@ class ScalerConfig:
 
 _INJECT = ((12, "inf"), (13, "inf"), (20, "nan"), (33, "inf"))
 SIZES = {
-    "cpu-small": ScalerConfig(batch=32, width=32, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30),
-    "medium": ScalerConfig(batch=256, width=256, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30),
-    "gpu-large": ScalerConfig(batch=1024, width=1024, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30),
+    "cpu-small": ScalerConfig(
+        batch=32, width=32, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30
+    ),
+    "medium": ScalerConfig(
+        batch=256, width=256, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30
+    ),
+    "gpu-large": ScalerConfig(
+        batch=1024, width=1024, steps=40, init_scale=2.0**24, growth_interval=5, inject=_INJECT, warmup=30
+    ),
 }
 
 
@@ -76,9 +82,26 @@ def scaler_table(result) -> str:
     for i, (before, after) in enumerate(zip(rec["scale_before"], rec["scale_after"])):
         if after != before or i in rec["skipped_steps"]:
             kind = rec["injected_kinds"][rec["injected"].index(i)] if i in rec["injected"] else ""
-            rows.append([i, kind, before, after, "skipped" if i in rec["skipped_steps"] else "stepped",
-                         rec["lr_per_iteration"][i], rec["lr_per_real_step"][i]])
-    head = ["step", "injected", "scale before", "scale after", "optimizer", "LR (scheduler every iteration)", "LR (only real steps)"]
+            rows.append(
+                [
+                    i,
+                    kind,
+                    before,
+                    after,
+                    "skipped" if i in rec["skipped_steps"] else "stepped",
+                    rec["lr_per_iteration"][i],
+                    rec["lr_per_real_step"][i],
+                ]
+            )
+    head = [
+        "step",
+        "injected",
+        "scale before",
+        "scale after",
+        "optimizer",
+        "LR (scheduler every iteration)",
+        "LR (only real steps)",
+    ]
     return markdown_table(head, rows)
 
 
@@ -87,7 +110,9 @@ def warmup_lr(step: int, warmup: int, base_lr: float) -> float:
     return base_lr * min(1.0, (step + 1) / warmup)
 
 
-def run_scaler(device="auto", preset: str = "auto", *, inject=None, steps: int | None = None, progress_bar: bool = False) -> ScalerResult:
+def run_scaler(
+    device="auto", preset: str = "auto", *, inject=None, steps: int | None = None, progress_bar: bool = False
+) -> ScalerResult:
     """Train a small MLP with fp16 autocast and a GradScaler, writing inf/NaN into a gradient on chosen steps."""
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
@@ -112,8 +137,14 @@ def run_scaler(device="auto", preset: str = "auto", *, inject=None, steps: int |
     opt.register_step_post_hook(lambda *_: taken.__setitem__(0, taken[0] + 1))  # counts real optimizer steps
 
     result = ScalerResult(
-        device.type, preset, cfg.init_scale, cfg.growth_interval, scaler.get_growth_factor(), scaler.get_backoff_factor(),
-        [s for s, _ in inject], [k for _, k in inject],
+        device.type,
+        preset,
+        cfg.init_scale,
+        cfg.growth_interval,
+        scaler.get_growth_factor(),
+        scaler.get_backoff_factor(),
+        [s for s, _ in inject],
+        [k for _, k in inject],
     )
     for i in progress(range(steps), desc="scaler", enabled=progress_bar):
         result.lr_per_iteration.append(opt.param_groups[0]["lr"])
