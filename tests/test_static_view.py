@@ -7,12 +7,18 @@ import nbformat
 import pytest
 from nbconvert import HTMLExporter
 
+from autogradlab.views import AccumulationLab, GraphView, LossScaleLab, TrainStepInspector, VJPExplorer
 from autogradlab.views.static import STATIC_CLASS, WIDGET_VIEW, StaticFallback, static_html
 from autogradlab.views.tangent import TangentExplorer
 
+StaticTangent = TangentExplorer  # every view takes the hook (the mixin first among its bases)
 
-class StaticTangent(StaticFallback, TangentExplorer):
-    """What a view looks like once it takes the one-line hook."""
+
+@pytest.mark.parametrize(
+    "view", [TangentExplorer, GraphView, VJPExplorer, TrainStepInspector, AccumulationLab, LossScaleLab]
+)
+def test_every_view_carries_a_static_picture(view):
+    assert issubclass(view, StaticFallback) and view.__mro__[1] is StaticFallback
 
 
 def test_bundle_keeps_the_widget_view_first_and_adds_html():
