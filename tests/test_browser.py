@@ -39,23 +39,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, chromium_context
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 # What learners open: the chapters. (The solutions' outputs are checked by nbval; the chapters'
 # widgets and cells are the same code, so one browser run per chapter proves what both would.)
 NOTEBOOKS = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RUN_TIMEOUT_S = 180
 
 
@@ -150,18 +140,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1400, "height": 1000},
-        )
+    with chromium_context(tmp_path_factory.mktemp("chromium-profile"), 1400, 1000) as context:
         yield context.new_page()
-        context.close()
 
 
 def _wait_kernel_idle(page, timeout_s: float) -> None:

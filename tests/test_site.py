@@ -15,27 +15,16 @@ import http.server
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, chromium_context
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -89,18 +78,8 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1300, "height": 900},
-        )
+    with chromium_context(tmp_path_factory.mktemp("chromium-profile"), 1300, 900) as context:
         yield context
-        context.close()
 
 
 def test_site_has_an_index_and_a_page_per_chapter(site):
