@@ -32,11 +32,11 @@ def test_spread_zero_makes_equal_micro_batches():
 
 
 def test_results_are_cached_per_setting(monkeypatch):
-    import autogradlab.views.accumulation_lab as module
+    import autogradlab.models.token_accumulation as model
 
     calls = []
-    monkeypatch.setattr(module, "_SWEEPS", {})
-    monkeypatch.setattr(module, "sweep", lambda *a, **k: calls.append(a) or sweep(*a, **k))
+    model.cached_sweep.cache_clear()
+    monkeypatch.setattr(model, "sweep", lambda *a, **k: calls.append(a) or sweep(*a, **k))
     lab = AccumulationLab()
     lab.k.value = 8
     lab.k.value = 2  # K picks a point of the same sweep

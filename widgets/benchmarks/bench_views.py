@@ -268,9 +268,9 @@ def _accumulation():
     from autogradlab.views import AccumulationLab
 
     def forget():
-        import autogradlab.views.accumulation_lab as module
+        from autogradlab.models.token_accumulation import cached_sweep
 
-        getattr(module, "_SWEEPS", {}).clear()
+        cached_sweep.cache_clear()
 
     return Spec(
         "AccumulationLab",

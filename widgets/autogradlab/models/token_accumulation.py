@@ -19,6 +19,7 @@ gradient of the full batch depends on how each micro-batch loss is reduced:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -232,6 +233,18 @@ def sweep(
     batch = token_batch(n_seqs=n_seqs, spread=spread, seed=seed)
     reference = full_batch_gradient(token_model(batch.features.shape[-1], _vocab(batch)), batch, reduction)
     return [accumulation_error(batch, k, reduction, dtype, reference=reference) for k in valid_accum_steps(n_seqs)]
+
+
+@functools.lru_cache(maxsize=128)
+def cached_sweep(
+    reduction: str, spread: float, dtype: str = "float64", n_seqs: int = 48
+) -> tuple[AccumulationResult, ...]:
+    """:func:`sweep`, remembered per setting: it is deterministic, and a lab redraws the same sweep for every K.
+
+    The controls bound the settings (4 reductions × 5 spreads × 3 dtypes per batch size), so 128 entries
+    keep them all. Returns a tuple, so callers cannot change the shared result.
+    """
+    return tuple(sweep(reduction, spread, dtype, n_seqs=n_seqs))
 
 
 def micro_batch_tokens(batch: TokenBatch, accum_steps: int) -> list[int]:

@@ -7,8 +7,8 @@ import ipywidgets as w
 from autogradlab.models.token_accumulation import (
     DTYPES,
     REDUCTIONS,
+    cached_sweep,
     micro_batch_tokens,
-    sweep,
     token_batch,
     valid_accum_steps,
 )
@@ -18,9 +18,6 @@ from autogradlab.views.static import StaticFallback
 
 FLOOR = 1e-18  # an exact zero error is drawn on the log axis here, on the line labelled "exact 0"
 WIDTH, HEIGHT = 860, 330
-# (reduction, spread, dtype, n_seqs) -> the K sweep, shared by every lab: the sweep is deterministic, a K move or
-# a second lab (a re-run cell) reuses it, and the control space bounds its size (4 × 5 × 3 settings per n_seqs).
-_SWEEPS: dict[tuple, list] = {}
 
 
 class AccumulationLab(StaticFallback, w.VBox):
@@ -79,10 +76,8 @@ class AccumulationLab(StaticFallback, w.VBox):
         )
 
     def _results(self):
-        key = (self.reduction.value, self.spread.value, self.dtype.value, self.n_seqs)
-        if key not in _SWEEPS:
-            _SWEEPS[key] = sweep(*key[:3], n_seqs=self.n_seqs)
-        return _SWEEPS[key]
+        # the model remembers each sweep: a K move, or a second lab (a re-run cell), reuses it
+        return cached_sweep(self.reduction.value, self.spread.value, self.dtype.value, self.n_seqs)
 
     def _micro_tokens(self) -> tuple[list[int], int]:
         key = (self.spread.value, self.k.value)
