@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from autogradlab.models.experiments.__main__ import main
 from autogradlab.models.experiments.recorded import describe, latest_recorded, load_results, recorded_files
@@ -117,3 +118,24 @@ def test_recorded_summary_shows_a_gpu_file_with_its_provenance(tmp_path):
     )
     assert "**autocast**" in text and "| op |" in text and "**inplace**" in text and "| case |" in text
     assert "a format this version cannot read" in text  # an unreadable record is said so, not a traceback
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA: runs on a GPU machine (issue 16)")
+def test_cli_runs_every_experiment_at_the_smallest_preset_on_cuda(tmp_path):
+    out = tmp_path / "gpu_smoke.json"
+    assert main(["all", "--device", "cuda", "--preset", "cpu-small", "--quiet", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["header"]["device"] == "cuda" and data["header"]["cuda"]
+    assert set(data["results"]) == {
+        "autocast",
+        "underflow",
+        "scaler",
+        "clip",
+        "amp",
+        "accumulation",
+        "inplace",
+        "checkpoint",
+    }
+    # CUDA-only columns are filled: peak memory of every timed step, measured bytes of every checkpoint row
+    assert all(r["peak_memory_bytes"] > 0 for r in data["results"]["amp"]["rows"])
+    assert all(r["measured_held_bytes"] is not None for r in data["results"]["checkpoint"]["rows"])
