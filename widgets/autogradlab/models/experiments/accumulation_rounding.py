@@ -98,7 +98,11 @@ def _micro_backward(model, xs, ys, k: int, autocast_dtype) -> None:
     with torch.autocast(
         device_type=xs.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None
     ):
-        loss = F.mse_loss(model(xs).float(), ys)
+        out = model(xs)
+    # the loss in float32 at least, and never below the model's own precision: `.float()` would round the
+    # float64 reference's output to float32 (and CUDA's mse_loss backward refuses float32 against float64)
+    loss_dtype = torch.promote_types(out.dtype, torch.float32)
+    loss = F.mse_loss(out.to(loss_dtype), ys.to(loss_dtype))
     (loss / k).backward()
 
 
