@@ -294,6 +294,11 @@ def test_saved_activation_bytes_counts_each_storage_once_and_skips_params():
     # x saved twice (by two matmuls) is still one storage
     w = torch.randn(3, 3, requires_grad=True)
     assert saved_activation_bytes(lambda: (x @ w + x @ w).sum(), params=[w])["total"] == 6 * 4
+    # the batch exists before the forward pass: saving it costs nothing, and `inputs` says so
+    assert (
+        saved_activation_bytes(lambda: torch.relu(lin(x)).sum(), params=list(lin.parameters()), inputs=(x,))["total"]
+        == 8 * 4
+    )
 
 
 def test_checkpoint_prediction_scales_with_depth():
@@ -301,10 +306,11 @@ def test_checkpoint_prediction_scales_with_depth():
     rows = {(r["depth"], r["checkpoint"]): r for r in result.rows}
     b, w, fp32 = result.batch, result.width, 4
     per_block, block_input, loss_saves = 9 * b * w * fp32, b * w * fp32, b * w * fp32
-    for depth in (1, 2, 4):
-        assert rows[(depth, False)]["predicted_saved_bytes"] == depth * per_block + loss_saves
-        assert rows[(depth, True)]["predicted_saved_bytes"] == depth * block_input + loss_saves
-        assert rows[(depth, True)]["predicted_recompute_bytes"] == per_block
+    for depth in (1, 2, 4):  # the first block's input is the batch, which is not new memory
+        assert rows[(depth, False)]["predicted_saved_bytes"] == depth * per_block - block_input + loss_saves
+        assert rows[(depth, True)]["predicted_saved_bytes"] == (depth - 1) * block_input + loss_saves
+        # the largest block recomputed: any block but the first, whose input is the batch
+        assert rows[(depth, True)]["predicted_recompute_bytes"] == per_block - (block_input if depth == 1 else 0)
         assert rows[(depth, False)]["measured_held_bytes"] is None  # CPU
         # backward recomputes each block's forward, and stops once it has what backward needs: up's matmul
         # (2·B·W·4W FLOPs); down's output is saved by nothing, so its matmul is not run again

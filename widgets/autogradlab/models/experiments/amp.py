@@ -24,12 +24,13 @@ import torch.nn.functional as F
 from autogradlab.models.experiments.common import (
     MODES,
     experiment_device,
+    float32_matmuls,
+    forward_autocast,
     markdown_table,
     matmul_peak_flops,
     mlp,
     mode_unavailable,
     peak_memory,
-    precision,
     progress,
     resolve_preset,
     time_stats,
@@ -134,16 +135,17 @@ def count_casts(fn) -> int:
 
 def _make_step(model, opt, scaler, x, y, mode, device):
     def step():
-        opt.zero_grad(set_to_none=True)
-        with precision(mode, device):
-            loss = F.mse_loss(model(x).float(), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        with float32_matmuls(mode):  # TF32 covers backward's matmuls too
+            opt.zero_grad(set_to_none=True)
+            with forward_autocast(mode, device):
+                loss = F.mse_loss(model(x).float(), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
         return loss.detach()
 
     return step

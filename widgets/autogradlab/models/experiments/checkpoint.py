@@ -2,10 +2,12 @@
 
 The bytes autograd saves for backward are *predicted* from the graph: a
 ``torch.autograd.graph.saved_tensors_hooks`` pack hook sees every tensor saved
-during the forward pass (we count each storage once and skip parameters). With
-every block checkpointed, only each block's input is kept; one block's
-activations come back, recomputed, during backward. On CUDA the prediction is
-compared with the memory the allocator really holds after the forward pass. The
+during the forward pass (we count each storage once and skip the parameters and
+the batch, which exist before it). With every block checkpointed, only each
+block's input is kept; one block's activations come back, recomputed, during
+backward. On CUDA the prediction is compared with the memory the allocator really
+holds after the forward pass, and the prediction plus one recomputed block with
+the peak during backward (which also holds gradients and temporaries). The
 price is counted deterministically (``FlopCounterMode``: the FLOPs of forward +
 backward, with the recomputed forward) and timed (median and IQR).
 
@@ -77,31 +79,33 @@ class Stack(torch.nn.Module):
         return x
 
 
-def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), blocks=()) -> dict:
+def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), blocks=(), inputs=()) -> dict:
     """Run ``forward()`` with a pack hook and count the bytes autograd saves for backward.
 
-    Each storage is counted once (views of one tensor share memory) and parameter
-    storages are skipped (they exist anyway). Returns ``total``, the bytes per
+    Each storage is counted once (views of one tensor share memory); the storages
+    of ``params`` and ``inputs`` (the batch) are skipped: they exist before the
+    forward pass, so saving them costs no memory. Returns ``total``, the bytes per
     block in ``blocks`` (``per_block``), the bytes of each block's input
     (``block_inputs``) and the bytes saved outside any block (``outside``).
     """
-    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    existing = {t.untyped_storage().data_ptr() for t in (*params, *inputs)}
     seen: dict[int, tuple[int, int | None]] = {}  # storage ptr -> (bytes, block index)
-    inputs: dict[int, int] = {}
+    block_inputs: dict[int, int] = {}
     current: list[int | None] = [None]
     handles = []
     for i, block in enumerate(blocks):
 
         def enter(_m, args, i=i):
             current[0] = i
-            inputs[args[0].untyped_storage().data_ptr()] = args[0].untyped_storage().nbytes()
+            if (ptr := args[0].untyped_storage().data_ptr()) not in existing:
+                block_inputs[ptr] = args[0].untyped_storage().nbytes()
 
         handles.append(block.register_forward_pre_hook(enter))
         handles.append(block.register_forward_hook(lambda *_: current.__setitem__(0, None)))
 
     def pack(t: torch.Tensor):
         ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs and ptr not in seen:
+        if ptr not in existing and ptr not in seen:
             seen[ptr] = (t.untyped_storage().nbytes(), current[0])
         return t
 
@@ -115,7 +119,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
     return {
         "total": sum(b for b, _ in seen.values()),
         "per_block": per_block,
-        "block_inputs": sum(inputs.values()),
+        "block_inputs": sum(block_inputs.values()),
         "outside": sum(b for b, where in seen.values() if where is None),
         "output": out,
     }
@@ -145,6 +149,7 @@ def checkpoint_table(result) -> str:
             r["depth"],
             "yes" if r["checkpoint"] else "no",
             mib(r["predicted_saved_bytes"]),
+            mib(r["predicted_recompute_bytes"]),
             mib(r["measured_held_bytes"]),
             mib(r["measured_peak_bytes"]),
             r["flops"] / 1e6,
@@ -157,6 +162,7 @@ def checkpoint_table(result) -> str:
         "depth",
         "checkpoint",
         "predicted saved MiB",
+        "recomputed block MiB",
         "measured held MiB",
         "measured peak MiB",
         "MFLOP fwd+bwd",
@@ -194,7 +200,9 @@ def run_checkpoint(
         torch.manual_seed(1)
         model = Stack(cfg.width, depth, use_checkpoint=False).to(device)
         params = list(model.parameters())
-        graph = saved_activation_bytes(lambda m=model: _loss(m, x), params=params, blocks=list(model.blocks))
+        graph = saved_activation_bytes(
+            lambda m=model: _loss(m, x), params=params, blocks=list(model.blocks), inputs=(x,)
+        )
         del graph["output"]
         # with every block checkpointed, the blocks' inputs stay and one block is recomputed at a time
         predicted = graph["block_inputs"] + graph["outside"] if use_ckpt else graph["total"]

@@ -80,19 +80,24 @@ def autocast_dtype(mode: str) -> torch.dtype | None:
 
 
 @contextlib.contextmanager
-def precision(mode: str, device: torch.device):
-    """Run the body in ``mode``: autocast for bf16/fp16, TF32 matmuls for tf32, plain fp32 otherwise."""
-    dtype = autocast_dtype(mode)
+def float32_matmuls(mode: str):
+    """TF32 matmuls for ``mode == 'tf32'``, full fp32 otherwise; restored on exit.
+
+    TF32 is a global mode, not part of the graph: a step must run its *backward*
+    inside this too, or only the forward's matmuls use TF32.
+    """
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if mode == "tf32" else "highest")
     try:
-        if dtype is None:
-            yield
-        else:
-            with torch.autocast(device_type=device.type, dtype=dtype):
-                yield
+        yield
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def forward_autocast(mode: str, device: torch.device):
+    """Autocast for bf16/fp16 (the forward pass only: backward follows the dtypes autocast recorded)."""
+    dtype = autocast_dtype(mode)
+    return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def synchronize(device: torch.device) -> None:
@@ -173,7 +178,7 @@ def matmul_peak_flops(device: torch.device, mode: str, n: int, min_run_time: flo
     for size in (max(n // 4, 1), max(n // 2, 1), n):
         a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
         b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
-        with precision("tf32" if mode == "tf32" else "fp32", device):
+        with float32_matmuls(mode):
             seconds = time_stats(lambda: torch.nn.functional.linear(a, b), device, min_run_time)["min_s"]
         best = max(best, 2.0 * size**3 / seconds)
     return best

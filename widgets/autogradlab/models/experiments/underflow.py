@@ -11,8 +11,8 @@ output plus a little noise, so the true gradient is tiny (the noise nearly
 cancels over the batch), while the fp16 forward pass computes a slightly
 different function (weights, inputs and outputs of every matmul rounded to fp16)
 whose difference adds up coherently. The second reference removes the forward
-from the comparison: the exact (fp32) backward of that same rounded forward,
-which is what scaling can rescue.
+from the comparison: the exact (fp32) backward through the values of that same
+fp16 forward pass, which is what scaling can rescue.
 
 >>> from autogradlab.models.experiments.underflow import run_underflow
 >>> result = run_underflow("cpu", preset="cpu-small", scales=(1.0,))
@@ -112,21 +112,41 @@ def _rounded(t: torch.Tensor) -> torch.Tensor:
     return t + (t.to(torch.float16).float() - t).detach()
 
 
-def _fp16_forward_in_fp32(model, x):
-    """The model's fp16-autocast forward emulated in fp32: every Linear's input, weight, bias and output rounded to fp16."""
-    h = x
+def _fp16_linear_outputs(model, x) -> list[torch.Tensor]:
+    """Every Linear's output in the real fp16-autocast forward pass (the values the fp16 backward starts from)."""
+    outputs: list[torch.Tensor] = []
+    handles = [
+        m.register_forward_hook(lambda _m, _i, out: outputs.append(out.detach().float()))
+        for m in model
+        if isinstance(m, torch.nn.Linear)
+    ]
+    try:
+        with torch.no_grad(), torch.autocast(device_type=x.device.type, dtype=torch.float16):
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return outputs
+
+
+def _fp16_forward_in_fp32(model, x, fp16_outputs):
+    """The fp16-autocast forward with an exact fp32 backward: each Linear sees fp16-rounded input, weight and bias
+    and *returns the real fp16 pass's output* (``fp16_outputs``), so the forward values are those of the real
+    fp16 pass bit for bit on any device, whatever order its matmul summed in."""
+    h, outputs = x, iter(fp16_outputs)
     for m in model:
-        h = (
-            _rounded(F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias)))
-            if isinstance(m, torch.nn.Linear)
-            else m(h)
-        )
+        if isinstance(m, torch.nn.Linear):
+            z = F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias))
+            h = z + (next(outputs) - z).detach()
+        else:
+            h = m(h)
     return h
 
 
 def _weight_grads_of_fp16_forward(model, x, target) -> torch.Tensor:
+    fp16_outputs = _fp16_linear_outputs(model, x)
     model.zero_grad(set_to_none=True)
-    F.mse_loss(_fp16_forward_in_fp32(model, x), target).backward()
+    F.mse_loss(_fp16_forward_in_fp32(model, x, fp16_outputs), target).backward()
     return parameters_to_vector(m.weight.grad for m in model if isinstance(m, torch.nn.Linear))
 
 
