@@ -5,6 +5,7 @@
 #   smoke      every experiment at the smallest preset on CUDA (stops the session if it fails)
 #   tests      the package tests that run on CUDA when it is there (-k cuda)
 #   record     every experiment at the largest preset -> OUT_DIR/gpu_record.json (GPU timings: nothing else runs)
+#   medium     every experiment at the medium preset (what chapter 08 runs live on a GPU) -> OUT_DIR/gpu_medium.json
 #   notebooks  every solution notebook top to bottom with nbclient -> OUT_DIR/notebooks.json, executed.tar.gz
 # The machine has no network: Python packages the image lacks come as wheels in .whl/ (see the device notes).
 set -uo pipefail
@@ -27,6 +28,7 @@ for step in $steps; do
         tests) timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" -k cuda \
                    tests/test_experiments.py tests/test_experiments_cli.py tests/test_device.py || status=1 ;;
         record) timeout 420 $experiments all --device cuda --out "$out/gpu_record.json" 2>"$out/record.err" || status=1 ;;
+        medium) timeout 240 $experiments all --device cuda --preset medium --quiet --out "$out/gpu_medium.json" || status=1 ;;
         notebooks) timeout 420 python3 widgets/benchmarks/run_notebooks.py solutions/*.ipynb --jobs 6 --out "$out" || status=1 ;;
         *) echo "unknown step $step"; status=1 ;;
     esac

@@ -209,6 +209,7 @@ class AmpResult:
 def amp_table(result) -> str:
     """Markdown table of an amp result (a live AmpResult or a dict loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
+    fp32_ms = {r["model"]: r["step_ms"] for r in rec["rows"] if r["mode"] == "fp32"}
     rows = [
         [
             r["label"],
@@ -217,6 +218,7 @@ def amp_table(result) -> str:
             r["casts"],
             r["step_ms"],
             r["step_iqr_ms"],
+            None if r["step_ms"] is None or fp32_ms.get(r["model"]) is None else fp32_ms[r["model"]] / r["step_ms"],
             r["tflops"],
             r["fraction_of_peak"],
             None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20,
@@ -231,6 +233,7 @@ def amp_table(result) -> str:
         "casts per step",
         "step ms (median)",
         "IQR ms",
+        "speed-up vs fp32",
         "TFLOP/s",
         "fraction of matmul peak",
         "peak MiB",
