@@ -139,3 +139,17 @@ def test_cli_runs_every_experiment_at_the_smallest_preset_on_cuda(tmp_path):
     # CUDA-only columns are filled: peak memory of every timed step, measured bytes of every checkpoint row
     assert all(r["peak_memory_bytes"] > 0 for r in data["results"]["amp"]["rows"])
     assert all(r["measured_held_bytes"] is not None for r in data["results"]["checkpoint"]["rows"])
+
+
+def test_the_recorded_gpu_run_ships_with_the_package_and_every_table_reads_it():
+    from autogradlab.models.experiments import EXPERIMENTS, largest_mlp_fraction, latest_recorded, table
+
+    recorded = latest_recorded("gpu")  # package data, as chapter 08 reads it
+    assert recorded is not None and recorded.header["device"] == "cuda" and recorded.header["cuda"]
+    assert set(recorded.results) == set(EXPERIMENTS)
+    for name, rec in recorded.results.items():
+        assert table(name, rec).startswith("|"), name
+    # what the run was for (issue 16): the bf16 MLP step is compute-bound, the checkpoint prediction is the held memory
+    assert largest_mlp_fraction(recorded.results["amp"]) >= 0.5
+    for row in recorded.results["checkpoint"]["rows"]:
+        assert abs(row["measured_held_bytes"] - row["predicted_saved_bytes"]) <= 0.01 * row["measured_held_bytes"]
