@@ -52,9 +52,12 @@ $(GRADER)/.installed: requirements-grader.txt $(VENV)/.installed-runtime
 # The wheel is built from a copy of widgets/ so setuptools leaves no build/ inside the checkout.
 COMPAT := .venv-compat
 PACKAGE_FILES := widgets/pyproject.toml $(shell find widgets/autogradlab -name '*.py' -o -path '*/data/*' -type f 2>/dev/null)
-$(COMPAT)/.installed: requirements-compat.txt $(PACKAGE_FILES)
+# Two stamps: a change to the package rebuilds only the wheel, not the whole environment.
+$(COMPAT)/.installed-requirements: requirements-compat.txt
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install --quiet -r requirements-compat.txt
+	touch $@
+$(COMPAT)/.installed: $(COMPAT)/.installed-requirements $(PACKAGE_FILES)
 	rm -rf build/compat-wheel && src="$$(mktemp -d)" && cp -r widgets/pyproject.toml widgets/README.md widgets/LICENSE widgets/autogradlab "$$src" \
 	  && $(COMPAT)/bin/python -m pip wheel --quiet --no-deps --wheel-dir build/compat-wheel "$$src" && rm -rf "$$src"
 	$(COMPAT)/bin/python -m pip install --quiet --no-deps --force-reinstall build/compat-wheel/autogradlab-*.whl
