@@ -163,3 +163,17 @@ def test_one_drawing_per_change_and_per_rebuild(monkeypatch):
         calls.clear()
         change()
         assert len(calls) == 1
+
+
+def test_memory_text_says_why_a_saved_tensor_is_not_counted():
+    w = torch.randn(3, 2, requires_grad=True)
+    sparse = GraphView(torch.sparse.mm(torch.eye(4, 3).to_sparse(), w).sum(), params={"w": w})
+    assert "Not counted here, 1 saved tensor(s): sparse COO tensor" in sparse.memory.value
+    assert "saved_tensors_hooks" not in sparse.memory.value  # it was not packed by a hook
+    # a pack hook that keeps no tensor (as checkpointing does): nothing to count
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: ("offloaded", t.shape), lambda p: torch.zeros(p[1])):
+        packed_loss = (w * w).sum()
+    packed = GraphView(packed_loss, params={"w": w})
+    assert "packed by a saved_tensors_hooks pack hook" in packed.memory.value
+    plain = GraphView((w * w).sum(), params={"w": w})
+    assert "Not counted" not in plain.memory.value

@@ -211,12 +211,15 @@ class GraphView(StaticFallback, w.VBox):
             f"{format_bytes(total)} (shared storage counted once); {format_bytes(activations)} of it exists only "
             f"for backward (activations), the rest is parameters or inputs you hold anyway."
         )
-        hidden = sum(1 for s in live if s.storage is None)
-        if hidden:
-            text += (
-                f" {hidden} saved tensor(s) were packed by a saved_tensors_hooks hook (checkpointing, "
-                "offloading): their memory is not counted here."
+        # No single storage to count: packed by a saved_tensors_hooks hook (checkpointing, offloading),
+        # or sparse, meta or nested tensors. Each Saved.note says which, so the view repeats the notes.
+        uncounted = [s for s in live if s.storage is None]
+        if uncounted:
+            notes = sorted({s.note or "no storage" for s in uncounted})
+            text += f" Not counted here, {len(uncounted)} saved tensor(s): " + "; ".join(
+                html.escape(n.removesuffix("; not in the memory totals")) for n in notes[:3]
             )
+            text += " …" if len(notes) > 3 else "."
         return text
 
     # -- drawing ---------------------------------------------------------------------------
