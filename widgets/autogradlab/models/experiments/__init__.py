@@ -24,7 +24,7 @@ from autogradlab.models.experiments.accumulation_rounding import (
     accumulation_table,
     run_accumulation,
 )
-from autogradlab.models.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp
+from autogradlab.models.experiments.amp import AmpResult, amp_table, largest_mlp_fraction, run_amp, speedups
 from autogradlab.models.experiments.autocast_dtypes import AutocastResult, autocast_table, run_autocast
 from autogradlab.models.experiments.checkpoint import (
     CheckpointResult,
@@ -137,5 +137,6 @@ __all__ = [
     "run_scaler",
     "run_underflow",
     "saved_activation_bytes",
+    "speedups",
     "table",
 ]
