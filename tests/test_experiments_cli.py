@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from autogradlab.models.experiments import EXPERIMENTS
 from autogradlab.models.experiments.__main__ import main
 from autogradlab.models.experiments.recorded import describe, latest_recorded, load_results, recorded_files
 
@@ -126,23 +127,14 @@ def test_cli_runs_every_experiment_at_the_smallest_preset_on_cuda(tmp_path):
     assert main(["all", "--device", "cuda", "--preset", "cpu-small", "--quiet", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["header"]["device"] == "cuda" and data["header"]["cuda"]
-    assert set(data["results"]) == {
-        "autocast",
-        "underflow",
-        "scaler",
-        "clip",
-        "amp",
-        "accumulation",
-        "inplace",
-        "checkpoint",
-    }
+    assert list(data["results"]) == list(EXPERIMENTS)
     # CUDA-only columns are filled: peak memory of every timed step, measured bytes of every checkpoint row
     assert all(r["peak_memory_bytes"] > 0 for r in data["results"]["amp"]["rows"])
     assert all(r["measured_held_bytes"] is not None for r in data["results"]["checkpoint"]["rows"])
 
 
 def test_the_recorded_gpu_run_ships_with_the_package_and_every_table_reads_it():
-    from autogradlab.models.experiments import EXPERIMENTS, largest_mlp_fraction, latest_recorded, table
+    from autogradlab.models.experiments import largest_mlp_fraction, latest_recorded, table
 
     recorded = latest_recorded("gpu")  # package data, as chapter 08 reads it
     assert recorded is not None and recorded.header["device"] == "cuda" and recorded.header["cuda"]
