@@ -25,6 +25,7 @@ SLOW_MODULES = {
     "test_compat",
     "test_wheel",
     "test_site",
+    "test_run_notebooks",
 }
 
 
