@@ -309,8 +309,8 @@ def test_checkpoint_prediction_scales_with_depth():
     for depth in (1, 2, 4):  # the first block's input is the batch, which is not new memory
         assert rows[(depth, False)]["predicted_saved_bytes"] == depth * per_block - block_input + loss_saves
         assert rows[(depth, True)]["predicted_saved_bytes"] == (depth - 1) * block_input + loss_saves
-        # the largest block recomputed: any block but the first, whose input is the batch
-        assert rows[(depth, True)]["predicted_recompute_bytes"] == per_block - (block_input if depth == 1 else 0)
+        # recomputing a block allocates its saved tensors again but its input, which checkpointing keeps
+        assert rows[(depth, True)]["predicted_recompute_bytes"] == per_block - block_input
         assert rows[(depth, False)]["measured_held_bytes"] is None  # CPU
         # backward recomputes each block's forward, and stops once it has what backward needs: up's matmul
         # (2·B·W·4W FLOPs); down's output is saved by nothing, so its matmul is not run again

@@ -134,14 +134,35 @@ def test_cli_runs_every_experiment_at_the_smallest_preset_on_cuda(tmp_path):
 
 
 def test_the_recorded_gpu_run_ships_with_the_package_and_every_table_reads_it():
-    from autogradlab.models.experiments import largest_mlp_fraction, latest_recorded, table
+    from autogradlab.models.experiments import data_dir, largest_mlp_fraction, load_results, table
 
-    recorded = latest_recorded("gpu")  # package data, as chapter 08 reads it
-    assert recorded is not None and recorded.header["device"] == "cuda" and recorded.header["cuda"]
+    recorded = load_results(data_dir() / "gpu_h100.json")  # package data, as chapter 08 reads it
+    assert recorded.header["device"] == "cuda" and recorded.header["cuda"] and "H100" in recorded.header["device_name"]
+    assert latest_recorded("gpu").path.name == "gpu_h100.json"
     assert set(recorded.results) == set(EXPERIMENTS)
     for name, rec in recorded.results.items():
         assert table(name, rec).startswith("|"), name
     # what the run was for (issue 16): the bf16 MLP step is compute-bound, the checkpoint prediction is the held memory
-    assert largest_mlp_fraction(recorded.results["amp"]) >= 0.5
+    amp = recorded.results["amp"]
+    assert largest_mlp_fraction(amp) >= 0.5
     for row in recorded.results["checkpoint"]["rows"]:
-        assert abs(row["measured_held_bytes"] - row["predicted_saved_bytes"]) <= 0.01 * row["measured_held_bytes"]
+        assert 0 <= row["measured_held_bytes"] - row["predicted_saved_bytes"] <= 512  # the loss's allocator block
+
+
+def test_chapter_08_reads_the_recorded_gpu_run_as_the_data_says():
+    """The prose of chapter 08's last section, held against the shipped recording (the cell itself only shows it)."""
+    from autogradlab.models.experiments import data_dir, load_results, speedups
+
+    amp = load_results(data_dir() / "gpu_h100.json").results["amp"]
+    row = {(r["model"], r["mode"]): r for r in amp["rows"]}
+    speedup = speedups(amp)
+    small, large = "mlp", "mlp-2"  # B = W = 1024 and B = W = 8192
+    assert row[small, "fp32"]["flops"] < row[large, "fp32"]["flops"]
+    # "the 16-bit step is about an order of magnitude faster and TF32 several times ... close to the measured matmul peak"
+    assert speedup[large, "bf16"] >= 8 and speedup[large, "fp16"] >= 8 and 3 <= speedup[large, "tf32"] < 10
+    assert row[large, "bf16"]["fraction_of_peak"] >= 0.75
+    # "the small MLP gains nothing, and fp16 with its scaler is slower ... at a few percent of the peak"
+    assert all(speedup[small, mode] < 1.1 for mode in amp["modes"]) and speedup[small, "fp16"] < 1
+    assert all(row[small, mode]["fraction_of_peak"] < 0.05 for mode in ("tf32", "bf16", "fp16"))
+    # "memory falls much less than half"
+    assert 0.5 < row[large, "bf16"]["peak_memory_bytes"] / row[large, "fp32"]["peak_memory_bytes"] < 1

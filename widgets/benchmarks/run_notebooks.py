@@ -25,7 +25,6 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 
 def _first_stream(nb, marker: str) -> str:
@@ -50,7 +49,7 @@ def run_one(path: Path, timeout: int) -> tuple[dict, bytes]:
         start = time.perf_counter()
         try:
             client.execute()
-        except (CellExecutionError, CellTimeoutError) as exc:
+        except Exception as exc:  # a failing cell, a timeout, or a kernel that died (e.g. a CUDA crash)
             failed = next(
                 (
                     i
@@ -60,7 +59,8 @@ def run_one(path: Path, timeout: int) -> tuple[dict, bytes]:
                 None,
             )
             row["cell"] = failed
-            row["error"] = str(exc).strip().splitlines()[-1][:300]
+            lines = str(exc).strip().splitlines()
+            row["error"] = (lines[-1] if lines else type(exc).__name__)[:300]
         row["seconds"] = round(time.perf_counter() - start, 1)
     row["device"] = _first_stream(nb, "device:") or _first_stream(nb, "Running on")
     return row, nbformat.writes(nb).encode()

@@ -35,7 +35,7 @@ from autogradlab.models.experiments.checkpoint import (
 from autogradlab.models.experiments.clip import ClipResult, clip_sweep_table, clip_table, run_clip
 from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
 from autogradlab.models.experiments.inplace import InplaceResult, inplace_table, run_inplace
-from autogradlab.models.experiments.recorded import Recorded, latest_recorded, load_results, recorded_files
+from autogradlab.models.experiments.recorded import Recorded, data_dir, latest_recorded, load_results, recorded_files
 from autogradlab.models.experiments.scaler import ScalerResult, run_scaler, scaler_table
 from autogradlab.models.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
 
@@ -118,6 +118,7 @@ __all__ = [
     "UnderflowResult",
     "as_record",
     "clip_sweep_table",
+    "data_dir",
     "experiment_device",
     "fp16_fate",
     "header",

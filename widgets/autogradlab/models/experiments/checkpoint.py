@@ -85,19 +85,23 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
     Each storage is counted once (views of one tensor share memory); the storages
     of ``params`` and ``inputs`` (the batch) are skipped: they exist before the
     forward pass, so saving them costs no memory. Returns ``total``, the bytes per
-    block in ``blocks`` (``per_block``), the bytes of each block's input
-    (``block_inputs``) and the bytes saved outside any block (``outside``).
+    block in ``blocks`` (``per_block``), what recomputing each block allocates again
+    under checkpointing (``recomputed``: its saved bytes but its own input, which
+    checkpointing keeps), the bytes of the blocks' inputs (``block_inputs``) and the
+    bytes saved outside any block (``outside``).
     """
     existing = {t.untyped_storage().data_ptr() for t in (*params, *inputs)}
     seen: dict[int, tuple[int, int | None]] = {}  # storage ptr -> (bytes, block index)
     block_inputs: dict[int, int] = {}
+    input_of: dict[int, int] = {}  # block index -> its input's storage
     current: list[int | None] = [None]
     handles = []
     for i, block in enumerate(blocks):
 
         def enter(_m, args, i=i):
             current[0] = i
-            if (ptr := args[0].untyped_storage().data_ptr()) not in existing:
+            input_of[i] = ptr = args[0].untyped_storage().data_ptr()
+            if ptr not in existing:
                 block_inputs[ptr] = args[0].untyped_storage().nbytes()
 
         handles.append(block.register_forward_pre_hook(enter))
@@ -116,9 +120,13 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
         for h in handles:
             h.remove()
     per_block = [sum(b for b, where in seen.values() if where == i) for i in range(len(blocks))]
+    recomputed = [
+        sum(b for ptr, (b, where) in seen.items() if where == i and ptr != input_of.get(i)) for i in range(len(blocks))
+    ]
     return {
         "total": sum(b for b, _ in seen.values()),
         "per_block": per_block,
+        "recomputed": recomputed,
         "block_inputs": sum(block_inputs.values()),
         "outside": sum(b for b, where in seen.values() if where is None),
         "output": out,
@@ -232,7 +240,7 @@ def run_checkpoint(
                 "depth": depth,
                 "checkpoint": use_ckpt,
                 "predicted_saved_bytes": int(predicted),
-                "predicted_recompute_bytes": int(max(graph["per_block"], default=0)) if use_ckpt else 0,
+                "predicted_recompute_bytes": int(max(graph["recomputed"], default=0)) if use_ckpt else 0,
                 "measured_held_bytes": held,
                 "measured_peak_bytes": peak,
                 "flops": count_flops(fwd_bwd),

@@ -137,7 +137,7 @@ def _fp16_forward_in_fp32(model, x, fp16_outputs):
     for m in model:
         if isinstance(m, torch.nn.Linear):
             z = F.linear(_rounded(h), _rounded(m.weight), _rounded(m.bias))
-            h = z + (next(outputs) - z).detach()
+            h = next(outputs) + (z - z.detach())  # value: the fp16 pass's, exactly (z - z is 0); gradient: z's
         else:
             h = m(h)
     return h
