@@ -161,8 +161,8 @@ def test_chapter_08_reads_the_recorded_gpu_run_as_the_data_says():
     # "the 16-bit step is about an order of magnitude faster and TF32 several times ... close to the measured matmul peak"
     assert speedup[large, "bf16"] >= 8 and speedup[large, "fp16"] >= 8 and 3 <= speedup[large, "tf32"] < 10
     assert row[large, "bf16"]["fraction_of_peak"] >= 0.75
-    # "the small MLP gains nothing, and fp16 with its scaler is slower ... at a few percent of the peak"
-    assert all(speedup[small, mode] < 1.1 for mode in amp["modes"]) and speedup[small, "fp16"] < 1
-    assert all(row[small, mode]["fraction_of_peak"] < 0.05 for mode in ("tf32", "bf16", "fp16"))
+    # "the small MLP gains little: no precision is 1.5x faster, and fp16 with its scaler is slower ... its 16-bit steps at about 2% of their peak"
+    assert all(speedup[small, mode] < 1.5 for mode in amp["modes"]) and speedup[small, "fp16"] < 1
+    assert all(0.01 < row[small, mode]["fraction_of_peak"] < 0.03 for mode in ("bf16", "fp16"))  # "about 2%"
     # "memory falls much less than half"
     assert 0.5 < row[large, "bf16"]["peak_memory_bytes"] / row[large, "fp32"]["peak_memory_bytes"] < 1
