@@ -85,7 +85,8 @@ lab: $(VENV)/.installed-runtime
 
 # One pytest worker more than the cores, at most 4: the slow tests mostly wait (on kernels, JupyterLab,
 # Chromium, nbgrader), so a third worker on 2 cores overlaps those waits (measured on 2 cores, second
-# run: 5 min 56 s with 2 workers, 5 min 19 s with 3, 5 min 17 s with 4). --dist loadfile keeps each
+# run: 5 min 56 s with 2 workers, 5 min 19 s with 3, 5 min 17 s with 4; with one torch thread per
+# process and three nbgrader modules, 3 min 55 s with 3, 2026-11-24). --dist loadfile keeps each
 # notebook (and each test module) on one worker: nbval runs a notebook's cells in order in one kernel.
 # PYTEST_PARALLEL= runs everything in one process.
 WORKERS := $(shell $(PYTHON) -c "import os; print(min(4, (os.cpu_count() or 1) + 1))")
@@ -98,6 +99,9 @@ test: export JUPYTER_RUNTIME_DIR := $(LOCAL)/runtime
 test: export IPYTHONDIR := $(LOCAL)/ipython
 test: export MPLCONFIGDIR := $(LOCAL)/matplotlib
 test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# Workers and the kernels they start share the cores: one torch thread each, or they wait on each other
+# (tests/conftest.py does the same for the workers themselves; outputs do not depend on it).
+test: export OMP_NUM_THREADS := 1
 test: $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_VENV)/.installed
 	$(BIN)/python -m autogradlab.release --check
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15

@@ -27,6 +27,7 @@ SLOW_MODULES = {
     "test_browser",
     "test_nbgrader_part1",
     "test_nbgrader_part2",
+    "test_nbgrader_part3",
     "test_make_lab",
     "test_ddp_demo",
     "test_compat",

@@ -4,8 +4,8 @@ nbgrader lives in .venv-grader (made by `make test`), so its menus never appear 
 learners' JupyterLab. A correct submission must score full marks, an untouched one zero,
 and nbgrader's student version must match our chapters/ cell for cell.
 
-The tests are test_nbgrader_part1.py and test_nbgrader_part2.py: two modules, so that
-`make test` (pytest-xdist, --dist loadfile) can run them on two workers at once.
+The tests are test_nbgrader_part1.py to test_nbgrader_part3.py: three modules of about
+100 s each, so that `make test` (pytest-xdist, --dist loadfile) can spread them over its workers.
 """
 
 import json
