@@ -1,16 +1,56 @@
-"""The shared checker machinery: comparisons, hints and how learner errors are reported."""
+"""The checker kernel: one way to call the learner's code (LearnerCall + OffLimits), structured errors, comparisons.
+
+Every test reads an ExerciseError's fields (kind, mistake, hint, where), never its text.
+"""
 
 import pytest
 import torch
 
-from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare
+from autogradlab.checks.core import (
+    BY_HAND,
+    Case,
+    ExerciseError,
+    LearnerCall,
+    Mistake,
+    OffLimits,
+    Routine,
+    check_function,
+    check_function_outputs,
+    close,
+    compare,
+)
 
 
-def expect_hint(got, expected, fragment, **kwargs):
+def compared(got, expected, **kwargs) -> ExerciseError:
     with pytest.raises(ExerciseError) as info:
         compare(got, expected, what="`answer`", label="a test input", **kwargs)
-    assert fragment in str(info.value), str(info.value)
-    return str(info.value)
+    return info.value
+
+
+def called(fn, *args, **options) -> ExerciseError:
+    with pytest.raises(ExerciseError) as info:
+        LearnerCall(fn, "answer", **options).on("x")(*args)
+    return info.value
+
+
+# --------------------------------------------------------------------------- the error
+
+
+def test_the_message_is_rendered_from_the_fields():
+    error = ExerciseError("value", "`f` is wrong.", detail="measured: 1", where="y = x  (line 3)", hint="look")
+    assert str(error).splitlines() == ["`f` is wrong.", "measured: 1", "  in your code: y = x  (line 3)", "Hint: look"]
+    lines = error._render_traceback_()
+    assert len(lines) == 1 and "`f` is wrong." in lines[0]
+
+
+def test_but_changes_fields_and_keeps_the_rest():
+    error = ExerciseError("raised", "`f` raised.", where="line", mistake="stale")
+    hinted = error.but(hint="mind the version counter")
+    assert (hinted.kind, hinted.where, hinted.mistake, hinted.hint) == ("raised", "line", "stale", hinted.hint)
+    assert error.hint is None
+
+
+# --------------------------------------------------------------------------- compare
 
 
 def test_equal_tensors_pass_silently():
@@ -19,183 +59,159 @@ def test_equal_tensors_pass_silently():
 
 
 def test_float32_tolerance_accepts_reordered_sums():
-    x = torch.randn(64, 32)
-    w = torch.randn(32, 16)
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
     compare(torch.einsum("ij,jk->ik", x, w), x @ w, what="`answer`", label="x")
 
 
-def test_non_tensor_answer_is_explained():
-    message = expect_hint(1.5, torch.tensor(1.5), "a Python number")
-    assert "float" in message
+def test_non_tensor_answer_is_a_type_error():
+    assert compared(1.5, torch.tensor(1.5)).kind == "type"
 
 
-def test_transposed_shape_is_named():
-    expected = torch.randn(3, 5)
-    expect_hint(expected.T.clone(), expected, "transpose of the expected one")
+@pytest.mark.parametrize(
+    "got, context, mistake",
+    [
+        (lambda e: e.T.clone(), {}, "transposed"),
+        (lambda e: e.reshape(15).clone(), {}, "layout"),
+        (lambda e: e.expand(8, 3, 5).clone(), {"batch_size": 8}, "batch-not-summed"),
+        (lambda e: e.sum().reshape(1, 1), {}, "one-number"),
+        (lambda e: e[0].clone(), {}, "batch-dim-missing"),
+    ],
+)
+def test_shape_mistakes_are_named(got, context, mistake):
+    expected = torch.randn(3, 5, dtype=torch.float64)
+    error = compared(got(expected), expected, context=context)
+    assert (error.kind, error.mistake) == ("shape", mistake) and error.hint
 
 
 def test_transposed_square_values_are_named():
     expected = torch.randn(4, 4, dtype=torch.float64)
-    expect_hint(expected.T.clone(), expected, "transpose of the right one")
+    assert compared(expected.T.clone(), expected).mistake == "transposed"
 
 
-def test_missing_batch_sum_is_named():
-    expected = torch.randn(5, dtype=torch.float64)
-    per_example = torch.randn(8, 5, dtype=torch.float64)
-    expect_hint(per_example, expected, "sum over the batch dimension", context={"batch_size": 8})
-
-
-def test_factor_of_batch_size_is_named_sum_vs_mean():
+@pytest.mark.parametrize(
+    "factor, context, mistake",
+    [
+        (6, {"batch_size": 6}, "times-batch_size"),
+        (1 / 6, {"batch_size": 6}, "over-batch_size"),
+        (4, {"accum_steps": 4}, "times-accum_steps"),
+        (-1, {}, "sign"),
+        (2.5, {}, "factor"),
+    ],
+)
+def test_scale_mistakes_are_named(factor, context, mistake):
     expected = torch.randn(6, 3, dtype=torch.float64)
-    expect_hint(expected * 6, expected, "6× too large (batch_size = 6)", context={"batch_size": 6})
-    expect_hint(expected / 6, expected, "6× too small", context={"batch_size": 6})
+    error = compared(expected * factor, expected, context=context)
+    assert (error.kind, error.mistake) == ("value", mistake)
+    assert error.measured["max_abs_error"] > 0
 
 
-def test_factor_of_accum_steps_is_named():
-    expected = torch.randn(10, dtype=torch.float64)
-    expect_hint(expected * 4, expected, "not divided by accum_steps", context={"accum_steps": 4})
+def test_a_single_number_off_by_some_factor_names_no_factor():
+    # Any number is a multiple of any other: on a 0-dim output the factor is no evidence.
+    error = compared(torch.tensor(2.56, dtype=torch.float64), torch.tensor(3.76, dtype=torch.float64))
+    assert (error.kind, error.mistake, error.hint) == ("value", None, None)
 
 
-def test_sign_flip_and_other_constant_factors():
+def test_known_mistake_wins_over_generic_hint_for_values_and_shapes():
     expected = torch.randn(7, dtype=torch.float64)
-    expect_hint(-expected, expected, "sign is flipped")
-    expect_hint(expected * 2.5, expected, "same factor 2.5")
+    twice = Mistake("doubled", "forgot the 2")
+    assert compared(expected * 2, expected, mistakes={twice: expected * 2}).mistake == "doubled"
+    grads = torch.randn(3, 4, dtype=torch.float64)
+    wrong_dim = Mistake("wrong-dim", "summed the wrong dim")
+    assert compared(grads.sum(1), grads.sum(0), mistakes={wrong_dim: grads.sum(1)}).mistake == "wrong-dim"
+    assert compared(torch.randn(3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)).mistake == "shape"
 
 
-def test_known_mistake_wins_over_generic_hint():
-    expected = torch.randn(7, dtype=torch.float64)
-    wrong = expected * 2
-    expect_hint(wrong, expected, "forgot the 2", mistakes={"forgot the 2": expected * 2})
-
-
-def test_report_shows_measured_error_and_tolerance():
-    expected = torch.zeros(3, dtype=torch.float64)
-    got = torch.tensor([0.0, 0.5, 0.0], dtype=torch.float64)
-    message = expect_hint(got, expected, "max |error| = 0.5 at index (1,)")
-    assert "rtol=1e-07" in message
-
-
-def test_dtype_mismatch_and_nan_are_reported():
+def test_a_known_mistake_that_overflows_is_named_too():
     expected = torch.ones(3, dtype=torch.float64)
-    expect_hint(torch.ones(3), expected, "Dtype: got torch.float32")
-    expect_hint(torch.tensor([1.0, float("nan"), 1.0], dtype=torch.float64), expected, "inf or NaN")
+    nan = torch.tensor([1.0, float("nan"), 1.0], dtype=torch.float64)
+    error = compared(nan, expected, mistakes={Mistake("naive-exp", "exp overflows"): nan})
+    assert (error.kind, error.mistake) == ("not-finite", "naive-exp")
 
 
-def test_not_implemented_is_a_friendly_error():
+def test_report_measures_the_error():
+    error = compared(torch.tensor([0.0, 0.5, 0.0], dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+    assert error.measured["max_abs_error"] == 0.5 and error.measured["index"] == (1,)
+
+
+def test_dtype_and_nan_are_their_own_kinds():
+    expected = torch.ones(3, dtype=torch.float64)
+    assert compared(torch.ones(3), expected).kind == "dtype"
+    assert compared(torch.tensor([1.0, float("nan"), 1.0], dtype=torch.float64), expected).kind == "not-finite"
+
+
+def test_close_is_the_one_same_values_test():
+    a = torch.ones(3, dtype=torch.float64)
+    assert close(a, a + 1e-10) and not close(a, a + 1e-6)
+    assert close(a, a + 1e-6, after_steps=True) and not close(a, a * 1.001, after_steps=True)
+    assert close(None, None) and not close(a, None) and not close(a, torch.ones(4, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------- LearnerCall
+
+
+def test_not_implemented_and_not_callable():
     def todo(x):
         raise NotImplementedError()
 
-    with pytest.raises(ExerciseError, match="still raises NotImplementedError"):
-        call_learner(todo, (1,), "todo", "x")
+    assert called(todo, 1).kind == "not-implemented"
+    assert called(3).kind == "not-a-function"
 
 
-def test_learner_exception_quotes_the_learner_line():
+def test_an_exception_quotes_the_learners_line_and_hides_the_checker():
     def buggy(x):
         return x @ torch.ones(5, 2)  # wrong inner size
 
-    with pytest.raises(ExerciseError) as info:
-        call_learner(buggy, (torch.ones(3, 4),), "buggy", "x of shape (3, 4)")
-    message = str(info.value)
-    assert "raised RuntimeError" in message and "x @ torch.ones(5, 2)" in message
-    assert info.value.__suppress_context__  # no chained package traceback
+    error = called(buggy, torch.ones(3, 4))
+    assert error.kind == "raised" and "x @ torch.ones(5, 2)" in error.where
+    assert error.__suppress_context__
 
 
-def test_not_callable_is_explained():
-    with pytest.raises(ExerciseError, match="should be a function"):
-        call_learner(3, (), "answer", "x")
-
-
-def test_check_function_rejects_in_place_modification_of_inputs():
-    def sneaky(x):
-        x.mul_(2)
-        return x
-
-    cases = [Case((torch.arange(3.0),), "x")]
-    with pytest.raises(ExerciseError, match="changed its input in place"):
-        check_function(sneaky, lambda x: 2 * x, cases, name="double")
-
-
-def test_check_function_prints_one_check_line(capsys):
-    cases = [Case((torch.arange(3.0),), "x"), Case((torch.ones(2, 2),), "y")]
-    check_function(lambda x: x + x, lambda x: 2 * x, cases, name="double")
-    assert capsys.readouterr().out == "✓ double matches the reference on 2 inputs\n"
-
-
-def test_exercise_error_renders_compactly_in_ipython():
-    lines = ExerciseError("wrong")._render_traceback_()
-    assert len(lines) == 1 and "wrong" in lines[0]
-
-
-def test_known_mistake_with_a_wrong_shape_wins_over_generic_shape_hint():
-    expected = torch.randn(4, dtype=torch.float64)
-    grads = torch.randn(3, 4, dtype=torch.float64)
-    expect_hint(grads.sum(1), grads.sum(0), "summed the wrong dim", mistakes={"summed the wrong dim": grads.sum(1)})
-    expect_hint(torch.randn(3, dtype=torch.float64), expected, "compare the shapes")
-
-
-def _pair_cases():
-    return [Case((torch.arange(3.0, dtype=torch.float64) + 1,), "x = [1, 2, 3]")]
-
-
-def test_check_function_outputs_names_the_wrong_output_and_its_mistake():
-    from autogradlab.checks.core import check_function_outputs
-
-    reference = lambda x: (x * 2, x.sum())  # noqa: E731
-    mistakes = {"the sum was meant, not the mean": lambda x: (x * 2, x.mean())}
-    with pytest.raises(ExerciseError) as info:
-        check_function_outputs(
-            lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"), mistakes=mistakes
-        )
-    assert "`s` from `f`" in str(info.value) and "the sum was meant" in str(info.value)
-
-
-def test_check_function_outputs_accepts_dicts_and_explains_bad_returns(capsys):
-    from autogradlab.checks.core import check_function_outputs
-
-    reference = lambda x: (x * 2, x.sum())  # noqa: E731
-    check_function_outputs(lambda x: {"s": x.sum(), "d": x + x}, reference, _pair_cases(), name="f", outputs=("d", "s"))
-    assert capsys.readouterr().out == "✓ f matches the reference on 1 input (outputs d, s)\n"
-    with pytest.raises(ExerciseError, match="returned 1 values; expected 2 values"):
-        check_function_outputs(lambda x: (x,), reference, _pair_cases(), name="f", outputs=("d", "s"))
-    with pytest.raises(ExerciseError, match="as a tuple"):
-        check_function_outputs(lambda x: x, reference, _pair_cases(), name="f", outputs=("d", "s"))
-
-
-def test_check_function_outputs_adds_the_error_hint_when_the_learner_raises():
-    from autogradlab.checks.core import check_function_outputs
-
-    def bad(x):
-        return x @ torch.ones(2, 2, dtype=x.dtype), x
-
-    with pytest.raises(ExerciseError) as info:
-        check_function_outputs(
-            bad, lambda x: (x, x), _pair_cases(), name="f", outputs=("a", "b"), error_hint="reason with shapes"
-        )
-    assert "raised RuntimeError" in str(info.value) and "Hint: reason with shapes" in str(info.value)
-
-
-def test_check_function_adds_the_error_hint_only_when_the_learner_raises():
-    cases = [Case((torch.arange(3.0),), "x")]
-    with pytest.raises(ExerciseError) as info:
-        check_function(lambda x: x @ torch.ones(2), lambda x: x, cases, name="f", error_hint="mind the shapes")
-    assert "Hint: mind the shapes" in str(info.value)
-    with pytest.raises(ExerciseError) as info:
-        check_function(lambda x: 3 * x, lambda x: x, cases, name="f", error_hint="mind the shapes")
-    assert "mind the shapes" not in str(info.value)
-
-
-def test_learner_line_skips_frames_inside_torch():
+def test_the_learners_line_skips_frames_inside_torch():
     def no_graph(x):
         return torch.autograd.grad(x.sum(), x)  # x does not require grad: raises inside torch
 
-    with pytest.raises(ExerciseError) as info:
-        call_learner(no_graph, (torch.ones(2),), "no_graph", "x")
-    assert "torch.autograd.grad(x.sum(), x)" in str(info.value)
+    error = called(no_graph, torch.ones(2))
+    assert "torch.autograd.grad(x.sum(), x)" in error.where and error.mistake == "no_graph"
 
 
-# --- "by hand" contract: autograd is out of reach inside the learner's function ---------------
+def test_error_hints_by_error_kind():
+    def stale(x):
+        x = x.clone().requires_grad_()
+        y = x.exp()
+        y.add_(1)
+        y.sum().backward()
 
-_CASES = [Case((torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64),), "x = [0.5, -1, 2]")]
+    error = called(stale, torch.ones(2), error_hints={"stale": "exp saved its output"})
+    assert (error.kind, error.mistake, error.hint) == ("raised", "stale", "exp saved its output")
+    assert called(stale, torch.ones(2), error_hints={"freed": "never"}).hint is None
+    assert called(stale, torch.ones(2), error_hints="any raise").hint == "any raise"
+
+
+def test_an_input_changed_in_place_is_reported_unless_the_inputs_are_meant_to_change():
+    def sneaky(x):
+        return x.mul_(2)
+
+    assert called(sneaky, torch.arange(3.0)).kind == "changed-input"
+    x = torch.arange(3.0)
+    LearnerCall(sneaky, "step", frozen_inputs=False)(x)
+    assert x.tolist() == [0.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    "answer, what",
+    [
+        (lambda x: torch.set_grad_enabled(False) or 2 * x, "grad mode (torch.is_grad_enabled())"),
+        (lambda x: torch.set_default_dtype(torch.float64) or 2 * x, "the default dtype"),
+        (lambda x: torch.set_anomaly_enabled(True) or 2 * x, "anomaly detection"),
+    ],
+)
+def test_global_state_left_changed_is_reported_and_restored(answer, what):
+    error = called(answer, torch.ones(2))
+    assert (error.kind, error.mistake) == ("global-state", what)
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32 and not torch.is_anomaly_enabled()
+
+
+# --- autograd off limits ("by hand")
 
 
 def _square_grad(x):
@@ -221,52 +237,159 @@ def _via_jacrev(x):
     return torch.func.jacrev(lambda t: (t**2).sum())(x)
 
 
+def _via_jvp(x):
+    return torch.func.jvp(lambda t: t**2, (x,), (torch.ones_like(x),))[1]
+
+
 def _via_functional_jacobian(x):
     return torch.autograd.functional.jacobian(lambda t: (t**2).sum(), x)
 
 
+def _swallows_the_refusal(x):
+    try:
+        return _via_backward(x)
+    except Exception:
+        return 2 * x
+
+
+_CASES = [Case((torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64),), "x = [0.5, -1, 2]")]
+
+
 @pytest.mark.parametrize(
-    "answer, named",
+    "answer",
     [
-        (_via_backward, "`backward()`"),
-        (_via_autograd_grad_imported_early, "autograd"),
-        (_via_torch_func, "torch.func"),
-        (_via_jacrev, "torch.func"),
-        (_via_functional_jacobian, "torch.autograd.functional.jacobian"),
+        _via_backward,
+        _via_autograd_grad_imported_early,
+        _via_torch_func,
+        _via_jacrev,
+        _via_jvp,
+        _via_functional_jacobian,
+        _swallows_the_refusal,
     ],
 )
-def test_by_hand_rejects_every_way_to_call_autograd(answer, named):
-    with pytest.raises(ExerciseError, match="used autograd") as err:
-        check_function(answer, _square_grad, _CASES, name="grad_square", no_autograd=True)
-    assert named in str(err.value) and "by hand" in str(err.value)
+def test_by_hand_rejects_every_way_to_call_autograd(answer):
+    with pytest.raises(ExerciseError) as info:
+        check_function(answer, _square_grad, _CASES, name="grad_square", off_limits=BY_HAND)
+    assert info.value.kind == "off-limits" and info.value.hint == BY_HAND.why
+    assert _via_backward(torch.ones(2)).tolist() == [2.0, 2.0]  # everything restored
 
 
 def test_by_hand_accepts_a_formula_and_restores_autograd(capsys):
-    check_function(_square_grad, _square_grad, _CASES, name="grad_square", no_autograd=True)
+    check_function(_square_grad, _square_grad, _CASES, name="grad_square", off_limits=BY_HAND)
     assert "✓" in capsys.readouterr().out
-    assert torch.allclose(_via_torch_func(torch.ones(2)), 2 * torch.ones(2))  # patches undone
+    assert torch.allclose(_via_torch_func(torch.ones(2)), 2 * torch.ones(2))
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
-def test_without_by_hand_autograd_is_allowed(capsys):
+def test_autograd_without_no_graph_keeps_grad_mode_for_hand_run_nodes():
+    # A reverse sweep by hand calls the graph's nodes itself: the engine is off, the graph is not.
+    def sweep(x):
+        y = (x * 3).sum()
+        grad = y.grad_fn(torch.ones(()))  # SumBackward0 expands the 1 to x's shape
+        return y.grad_fn.next_functions[0][0](grad)[0]
+
+    x = torch.ones(2, requires_grad=True)
+    got = LearnerCall(sweep, "sweep", OffLimits(autograd=True))(x)
+    assert got.tolist() == [3.0, 3.0]
+    assert called(_via_backward, x.detach(), off_limits=OffLimits(autograd=True)).kind == "off-limits"
+
+
+def test_without_a_declaration_autograd_is_allowed(capsys):
     check_function(_via_backward, _square_grad, _CASES, name="grad_square")
     assert "✓" in capsys.readouterr().out
 
 
-def _switches_grad_off(x):
-    torch.set_grad_enabled(False)
-    return 2 * x
+# --- named routines, Tensor methods on torch's C base class included
 
 
-def _changes_default_dtype(x):
-    torch.set_default_dtype(torch.float64)
-    return 2 * x
+def test_a_refused_tensor_method_is_named_and_restored_exactly():
+    assert "softmax" not in vars(torch.Tensor)  # defined on the C base class
+    refused = OffLimits(routines=(Routine(torch.Tensor, "softmax", "`Tensor.softmax`"),), why="by hand")
+    error = called(lambda x: x.softmax(-1), torch.ones(3), off_limits=refused)
+    assert (error.kind, error.mistake, error.hint) == ("off-limits", "`Tensor.softmax`", "by hand")
+    assert "softmax" not in vars(torch.Tensor) and torch.ones(2).softmax(-1).tolist() == [0.5, 0.5]
 
 
-@pytest.mark.parametrize(
-    "answer, named", [(_switches_grad_off, "grad mode"), (_changes_default_dtype, "default dtype")]
-)
-def test_global_state_left_changed_is_a_mistake_and_is_restored(answer, named):
-    with pytest.raises(ExerciseError, match=named):
-        check_function(answer, _square_grad, _CASES, name="grad_square")
-    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+def test_a_refused_aten_op_and_a_module_function_are_named():
+    refused = OffLimits(
+        routines=(
+            Routine(torch.ops.aten, "_softmax", "`torch.ops.aten._softmax`"),
+            Routine(torch.nn.functional, "softmax", "`F.softmax`"),
+        )
+    )
+    error = called(lambda x: torch.ops.aten._softmax(x, 0, False), torch.ones(2), off_limits=refused)
+    assert error.mistake == "`torch.ops.aten._softmax`"
+    assert called(lambda x: torch.nn.functional.softmax(x, 0), torch.ones(2), off_limits=refused).kind == "off-limits"
+    assert torch.ops.aten._softmax(torch.ones(2), 0, False).tolist() == [0.5, 0.5]
+
+
+# --- the course's own code
+
+
+def test_calling_the_course_code_is_named_but_the_course_calling_itself_is_not():
+    from autogradlab.models import calculus
+
+    off = OffLimits(course=("autogradlab.models.calculus",), why="write it yourself")
+    direct = lambda x: calculus.curve(torch.sin, 0.0, 1.0, points=2)[1]  # noqa: E731
+    error = called(direct, torch.ones(2), off_limits=off)
+    assert error.kind == "off-limits" and error.mistake.startswith("autogradlab.models.calculus.")
+    LearnerCall(lambda x: 2 * x, "fine", off)(torch.ones(2))  # no course call, no error
+
+
+def test_course_calls_made_by_torch_on_the_learners_behalf_do_not_count():
+    module = torch.nn.Linear(2, 2)
+    hooked = []
+    module.register_forward_hook(lambda *a: hooked.append(1))
+    off = OffLimits(course=("autogradlab",))
+    LearnerCall(lambda x: module(x), "forward", off)(torch.ones(1, 2))
+    assert hooked == [1]
+
+
+# --------------------------------------------------------------------------- check_function(_outputs)
+
+
+def test_check_function_prints_one_line(capsys):
+    cases = [Case((torch.arange(3.0),), "x"), Case((torch.ones(2, 2),), "y")]
+    check_function(lambda x: x + x, lambda x: 2 * x, cases, name="double")
+    assert capsys.readouterr().out == "✓ double matches the reference on 2 inputs\n"
+
+
+def test_check_function_reports_an_input_changed_in_place():
+    with pytest.raises(ExerciseError) as info:
+        check_function(lambda x: x.mul_(2), lambda x: 2 * x, [Case((torch.arange(3.0),), "x")], name="double")
+    assert info.value.kind == "changed-input"
+
+
+def _pair_cases():
+    return [Case((torch.arange(3.0, dtype=torch.float64) + 1,), "x = [1, 2, 3]")]
+
+
+def test_check_function_outputs_names_the_wrong_output_and_its_mistake():
+    reference = lambda x: (x * 2, x.sum())  # noqa: E731
+    mean = Mistake("mean", "the sum was meant, not the mean", lambda x: (x * 2, x.mean()))
+    with pytest.raises(ExerciseError) as info:
+        check_function_outputs(
+            lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"), mistakes=(mean,)
+        )
+    assert (info.value.kind, info.value.mistake) == ("value", "mean")
+    assert info.value.summary.startswith("`s` from `f`")
+
+
+def test_check_function_outputs_accepts_dicts_and_explains_bad_returns(capsys):
+    reference = lambda x: (x * 2, x.sum())  # noqa: E731
+    check_function_outputs(lambda x: {"s": x.sum(), "d": x + x}, reference, _pair_cases(), name="f", outputs=("d", "s"))
+    assert capsys.readouterr().out == "✓ f matches the reference on 1 input (outputs d, s)\n"
+    for answer in (lambda x: (x,), lambda x: x, lambda x: {"d": x}):
+        with pytest.raises(ExerciseError) as info:
+            check_function_outputs(answer, reference, _pair_cases(), name="f", outputs=("d", "s"))
+        assert info.value.kind == "type"
+
+
+def test_the_error_hint_is_added_only_when_the_learner_raises():
+    cases = [Case((torch.arange(3.0),), "x")]
+    with pytest.raises(ExerciseError) as info:
+        check_function(lambda x: x @ torch.ones(2), lambda x: x, cases, name="f", error_hints="mind the shapes")
+    assert (info.value.kind, info.value.hint) == ("raised", "mind the shapes")
+    with pytest.raises(ExerciseError) as info:
+        check_function(lambda x: 3 * x, lambda x: x, cases, name="f", error_hints="mind the shapes")
+    assert info.value.kind == "value" and info.value.hint != "mind the shapes"

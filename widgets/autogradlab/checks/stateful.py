@@ -8,11 +8,12 @@ from the same state. The caller compares what the runs left behind (parameters,
 captures them, :func:`differences` names which differ) and, when the learner's result
 differs from the reference's, :meth:`Runs.closest` names the variant that did the same.
 
->>> def run(step, call=None):  # a fresh setup per run; here a number stands for the model
-...     return call(step, (3.0,)) if call else step(3.0)
+>>> from autogradlab.checks.core import LearnerCall
+>>> def run(step):  # a fresh setup per run; here a number stands for the model
+...     return step(3.0)
 >>> slips = variants(lambda name: {"add": lambda x: x + 2, "square": lambda x: x**2}[name],
 ...                  {"add": "doubling is x * 2, not x + 2", "square": "doubling is x * 2, not x ** 2"})
->>> runs = run_variants(run, lambda x: x**2, lambda x: x * 2, slips)
+>>> runs = run_variants(run, LearnerCall(lambda x: x**2, "double"), lambda x: x * 2, slips)
 >>> runs.reference, runs.learner, runs.closest(lambda got, wrong: got == wrong).hint
 (6.0, 9.0, 'doubling is x * 2, not x ** 2')
 
@@ -42,6 +43,7 @@ from typing import Any
 
 import torch
 
+from autogradlab.checks.core import LearnerCall, close
 from autogradlab.models.train_state import Snapshot, snapshot
 
 # --------------------------------------------------------------------------- variants of a step
@@ -107,33 +109,27 @@ class Runs:
 
 
 def run_variants(
-    run: Callable[..., Any],
-    learner: Callable,
+    run: Callable[[Callable], Any],
+    learner: LearnerCall,
     reference: Callable | None,
     variants: tuple[Variant, ...] = (),
-    *,
-    call: Callable | None = None,
+    **legacy: Any,
 ) -> Runs:
     """Run ``reference``, then ``learner``, through ``run(step)``; the variants run when a comparison needs them.
 
-    ``run(step, call=None)`` builds a fresh seeded setup (a factory: model, optimizer, data),
-    runs ``step`` on it and returns what the check compares (a :func:`snapshot`, the returned
-    values, ...). The learner's step is run with ``call`` (usually ``call_learner`` with the
-    exercise's name and label), the course's own steps plainly. ``reference=None``: the check
-    computes its expected result another way (e.g. one autograd pass over the whole window).
+    ``run(step)`` builds a fresh seeded setup (a factory: model, optimizer, data), runs ``step``
+    on it and returns what the check compares (a :func:`snapshot`, the returned values, ...).
+    ``learner`` is a :class:`~autogradlab.checks.core.LearnerCall`: it has the step's signature and
+    reports the learner's errors itself. ``reference=None``: the check computes its expected
+    result another way (e.g. one autograd pass over the whole window).
     """
     expected = None if reference is None else run(reference)
-    return Runs(reference=expected, learner=run(learner, call=call), run=run, variants=variants)
+    if legacy.get("call") is not None:  # LEGACY (issue 21 migration): run(step, call=...)
+        return Runs(reference=expected, learner=run(learner, call=legacy["call"]), run=run, variants=variants)
+    return Runs(reference=expected, learner=run(learner), run=run, variants=variants)
 
 
 # --------------------------------------------------------------------------- comparing states
-
-
-def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    # Loose enough for clipping by hand without clip_grad_norm_'s 1e-6 in the denominator.
-    if a is None or b is None:
-        return a is None and b is None
-    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-9)
 
 
 def differences(got: Snapshot, expected: Snapshot) -> list[str]:
@@ -146,14 +142,15 @@ def differences(got: Snapshot, expected: Snapshot) -> list[str]:
     ['module mode']
     """
     out = []
-    if not all(_close(got.grads[n], expected.grads[n]) for n in expected.grads):
+    if not all(close(got.grads[n], expected.grads[n], after_steps=True) for n in expected.grads):
         out.append(".grad")
-    if not all(_close(got.params[n], expected.params[n]) for n in expected.params):
+    if not all(close(got.params[n], expected.params[n], after_steps=True) for n in expected.params):
         out.append("parameter values")
     for name, state in expected.optimizer.items():
         mine = got.optimizer[name]
         if (state is None) != (mine is None) or (
-            state and (state.keys() != mine.keys() or not all(_close(mine[k], state[k]) for k in state))
+            state
+            and (state.keys() != mine.keys() or not all(close(mine[k], state[k], after_steps=True) for k in state))
         ):
             out.append("optimizer state")
             break

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import torch
 
+from autogradlab.graph.saved_bytes import distinct_bytes
 from autogradlab.units import format_bytes
 
 KINDS = ("output", "op", "leaf")
@@ -243,14 +244,11 @@ class Graph:
         (a parameter or an input you created): those exist whether or not a graph
         is built, so what remains is the activation memory the graph adds.
         """
-        sizes: dict[int, int] = {}
-        for _, saved in self.saved_tensors():
-            if saved.state == "freed" or saved.storage is None:
-                continue
-            if not include_leaves and saved.leaf_name is not None:
-                continue
-            sizes[saved.storage] = saved.storage_nbytes
-        return sum(sizes.values())
+        return distinct_bytes(
+            (saved.storage, saved.storage_nbytes)
+            for _, saved in self.saved_tensors()
+            if saved.state != "freed" and (include_leaves or saved.leaf_name is None)
+        )
 
     def activation_bytes(self) -> int:
         """Saved memory that exists only because of this graph (not parameters or inputs you hold)."""

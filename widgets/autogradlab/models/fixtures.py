@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from autogradlab.graph.saved_bytes import SavedBytes
+
 # --------------------------------------------------------------------------- chapter 04: saved tensors and memory
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
@@ -43,25 +45,18 @@ def mlp_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def saved_storages(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, dict[int, int]]:
-    """Run ``build()`` under ``saved_tensors_hooks``; return its result and {storage ptr: bytes} in the order first saved.
+    """Run ``build()``; return its result and {storage ptr: bytes} autograd saved, in the order first saved.
 
-    Storages whose ``data_ptr`` is in ``exclude`` (parameters) are left out.
+    Storages whose ``data_ptr`` is in ``exclude`` (parameters) are left out. Counted by
+    :class:`autogradlab.graph.saved_bytes.SavedBytes`, the one home of saved-bytes accounting.
     """
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            storages.setdefault(storage.data_ptr(), storage.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with SavedBytes() as saved:
         result = build()
-    return result, storages
+    return result, {key: s.nbytes for key, s in saved.storages.items() if key not in exclude}
 
 
 def measure_saved_bytes(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, int]:
-    """Run ``build()`` under ``saved_tensors_hooks``; return its result and the bytes saved (each storage once)."""
+    """Run ``build()``; return its result and the bytes autograd saved (each storage once, ``exclude`` left out)."""
     result, storages = saved_storages(build, exclude)
     return result, sum(storages.values())
 

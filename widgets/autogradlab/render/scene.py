@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from autogradlab.graph.groups import module_groups
 from autogradlab.graph.model import Graph, Node, Saved, dtype_name, format_shape
+from autogradlab.graph.saved_bytes import distinct_bytes
 from autogradlab.render import style
 from autogradlab.units import format_bytes
 
@@ -119,15 +120,13 @@ def _group_box(name: str, members: list[Node], saved: bool) -> Box:
     ops = sum(n.kind == "op" for n in members)
     leaves = sum(n.kind == "leaf" for n in members)
     lines = [f"▸ {name}", f"{ops} ops · {leaves} leaves"]
-    storages: dict[int, int] = {}
-    stale = 0
-    for n in members:
-        for s in n.saved:
-            stale += s.state == "stale"
-            if s.state != "freed" and s.storage is not None and s.leaf_name is None:
-                storages[s.storage] = s.storage_nbytes
+    records = [s for n in members for s in n.saved]
+    stale = sum(s.state == "stale" for s in records)
     if saved:
-        lines.append(f"saved {format_bytes(sum(storages.values()))}" + (f" · {stale} STALE" if stale else ""))
+        held = distinct_bytes(
+            (s.storage, s.storage_nbytes) for s in records if s.state != "freed" and s.leaf_name is None
+        )
+        lines.append(f"saved {format_bytes(held)}" + (f" · {stale} STALE" if stale else ""))
     tip = f"module group {name}: {len(members)} nodes, collapsed (expand it to see them)"
     return Box("group", lines, [n.id for n in members], tooltip=tip, classes="stale" if stale else "")
 

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from autogradlab.graph.saved_bytes import SavedBytes, storage_key
 from autogradlab.models.experiments.common import (
     count_flops,
     experiment_device,
@@ -80,7 +81,7 @@ class Stack(torch.nn.Module):
 
 
 def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), blocks=(), inputs=()) -> dict:
-    """Run ``forward()`` with a pack hook and count the bytes autograd saves for backward.
+    """Run ``forward()`` and count the bytes autograd saves for backward, by block (:class:`SavedBytes`).
 
     Each storage is counted once (views of one tensor share memory); the storages
     of ``params`` and ``inputs`` (the batch) are skipped: they exist before the
@@ -90,8 +91,7 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
     checkpointing keeps), the bytes of the blocks' inputs (``block_inputs``) and the
     bytes saved outside any block (``outside``).
     """
-    existing = {t.untyped_storage().data_ptr() for t in (*params, *inputs)}
-    seen: dict[int, tuple[int, int | None]] = {}  # storage ptr -> (bytes, block index)
+    existing = {storage_key(t) for t in (*params, *inputs)}
     block_inputs: dict[int, int] = {}
     input_of: dict[int, int] = {}  # block index -> its input's storage
     current: list[int | None] = [None]
@@ -100,35 +100,31 @@ def saved_activation_bytes(forward: Callable[[], torch.Tensor], params=(), block
 
         def enter(_m, args, i=i):
             current[0] = i
-            input_of[i] = ptr = args[0].untyped_storage().data_ptr()
-            if ptr not in existing:
-                block_inputs[ptr] = args[0].untyped_storage().nbytes()
+            input_of[i] = key = storage_key(args[0])
+            if key not in existing:
+                block_inputs[key] = args[0].untyped_storage().nbytes()
 
         handles.append(block.register_forward_pre_hook(enter))
         handles.append(block.register_forward_hook(lambda *_: current.__setitem__(0, None)))
 
-    def pack(t: torch.Tensor):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in existing and ptr not in seen:
-            seen[ptr] = (t.untyped_storage().nbytes(), current[0])
-        return t
-
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with SavedBytes(exclude=(*params, *inputs), tag=lambda: current[0]) as saved:
             out = forward()
     finally:
         for h in handles:
             h.remove()
-    per_block = [sum(b for b, where in seen.values() if where == i) for i in range(len(blocks))]
+    by_block = saved.by_tag()
+    per_block = [by_block.get(i, 0) for i in range(len(blocks))]
     recomputed = [
-        sum(b for ptr, (b, where) in seen.items() if where == i and ptr != input_of.get(i)) for i in range(len(blocks))
+        sum(s.nbytes for key, s in saved.storages.items() if s.tag == i and key != input_of.get(i))
+        for i in range(len(blocks))
     ]
     return {
-        "total": sum(b for b, _ in seen.values()),
+        "total": saved.total,
         "per_block": per_block,
         "recomputed": recomputed,
         "block_inputs": sum(block_inputs.values()),
-        "outside": sum(b for b, where in seen.values() if where is None),
+        "outside": by_block.get(None, 0),
         "output": out,
     }
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autogradlab.graph import capture
+from autogradlab.graph.saved_bytes import distinct_bytes
 from autogradlab.units import format_bytes
 
 STATES = ("graph", "grad", "param", "optimizer", "mode", "rng")
@@ -75,14 +76,15 @@ def graph_stats(tensors: Iterable, parameters: Iterable[torch.Tensor] = ()) -> G
     params = {f"parameter {i}": p for i, p in enumerate(parameters)}
     graph = capture(tuple(roots), params=params)
     nodes = [n for n in graph.nodes if n.kind != "output"]
-    storages: dict[int, int] = {}
-    for node in nodes:
-        for saved in node.saved:
-            if saved.state == "ok" and saved.storage is not None and saved.leaf_name not in params:
-                storages[saved.storage] = saved.storage_nbytes
+    held = distinct_bytes(
+        (saved.storage, saved.storage_nbytes)
+        for node in nodes
+        for saved in node.saved
+        if saved.state == "ok" and saved.leaf_name not in params
+    )
     return GraphStats(
         len(nodes),
-        sum(storages.values()),
+        held,
         sum(any(s.state == "freed" for s in n.saved) for n in nodes),
         sum(any(s.state == "stale" for s in n.saved) for n in nodes),
     )
