@@ -91,7 +91,7 @@ def test_no_predict_answer_is_visible_in_chapters(notebook):
 
 
 def test_states_its_estimated_time_by_the_course_rule(notebook):
-    """The first cell states the time the pace rule computes (autogradlab.release.pace), at most 75 minutes."""
+    """The first cell states the time the pace rule computes (autogradlab.release.pace), at most MAX_MINUTES."""
     from autogradlab.release.pace import MAX_MINUTES, estimate
 
     path, nb = notebook
