@@ -108,3 +108,53 @@ def test_states_its_estimated_time_by_the_course_rule(notebook):
         f"({pace.words} words, {pace.demo_cells} demo cells, exercises {pace.exercise_minutes})"
     )
     assert pace.rounded <= MAX_MINUTES, f"{path.name} needs about {pace.rounded} minutes; trim or split it"
+
+
+# --- Predict prompts the cell's own code answers (answer-bearing labels, announcing try/except) ---
+
+# Words in a print label or a comment that state a verdict the learner was asked to predict.
+VERDICT = re.compile(
+    r"\b(doubled?|twice|triples?|halved|accumulat(ed|es)|equals?|same as|agrees?|identical|raises|raised|fails?|failed|"
+    r"no error|works|worked|ran|runs|because|should|rightly|wrongly|correct(ly)?|wrong)\b|\d\s*[×x]\s*\w",
+    re.I,
+)
+
+
+def verdicts_in_code(source: str) -> list[str]:
+    """String literals (print labels, f-string parts) and comments of ``source`` that state a verdict."""
+    import ast
+    import io
+    import tokenize
+
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    texts = [n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    texts += [t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.COMMENT]
+    return [text for text in texts if VERDICT.search(text)]
+
+
+def announces_an_error(source: str) -> bool:
+    """Whether ``source`` wraps code in try/except: the cell then tells the learner an error is expected."""
+    import ast
+
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return any(isinstance(node, ast.Try) for node in ast.walk(ast.parse(code)))
+
+
+def test_a_predict_cell_does_not_announce_its_answer(notebook):
+    """The answer appears only in the output: no verdict in labels or comments, no try/except around the code
+    (print bare values under neutral names; show an error with ``autogradlab.outcome.outcome(lambda: ...)``)."""
+    path, nb = notebook
+    problems = []
+    for prompt, answer in _prompt_answer_pairs(nb):
+        source = nb.cells[answer].source
+        if announces_an_error(source):
+            problems.append(f"cell {answer}: try/except announces the error (use outcome(lambda: ...))")
+        problems += [f"cell {answer}: {text.strip()[:70]!r} states the answer" for text in verdicts_in_code(source)]
+    assert not problems, f"{path.name}, Predict prompts answered by their own cell's code:\n" + "\n".join(problems)
+
+
+def test_the_answer_finders_can_fail():
+    source = 'try:\n    y.backward()\nexcept RuntimeError:\n    pass\nprint(f"(accumulated: 2 × 2w) {x}")  # doubled\n'
+    assert announces_an_error(source)
+    assert len(verdicts_in_code(source)) == 2
+    assert not announces_an_error("outcome(lambda: y.backward())") and not verdicts_in_code('print("w.grad =", w)')
