@@ -145,7 +145,7 @@ def test_a_predict_cell_does_not_announce_its_answer(notebook):
     (print bare values under neutral names; show an error with ``autogradlab.outcome.outcome(lambda: ...)``)."""
     path, nb = notebook
     problems = []
-    for prompt, answer in _prompt_answer_pairs(nb):
+    for _, answer in _prompt_answer_pairs(nb):
         source = nb.cells[answer].source
         if announces_an_error(source):
             problems.append(f"cell {answer}: try/except announces the error (use outcome(lambda: ...))")
