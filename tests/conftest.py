@@ -31,7 +31,6 @@ SLOW_MODULES = {
     "test_make_lab",
     "test_ddp_demo",
     "test_compat",
-    "test_wheel",
     "test_site",
     "test_run_notebooks",
 }

@@ -1,8 +1,18 @@
 """Cells with the nbgrader metadata the release rules expect, for authors building notebooks.
 
->>> cell = solution_cell("def f(x):\\n    ### BEGIN SOLUTION\\n    return x\\n    ### END SOLUTION", "f")
->>> cell.metadata["nbgrader"]["solution"]
-True
+An exercise is a solution cell followed directly by its check cell; the release blanks the
+first and tags the second ``raises-exception``:
+
+>>> import nbformat
+>>> from autogradlab.release.student import student_notebook
+>>> nb = nbformat.v4.new_notebook(cells=[
+...     nbformat.v4.new_markdown_cell("# 99 · Demo"),
+...     solution_cell("def f(x):\\n    ### BEGIN SOLUTION\\n    return x\\n    ### END SOLUTION", "f"),
+...     check_cell("check_f(f)", "check_f", points=2),
+... ])
+>>> student = student_notebook(nb, "solutions/99_demo.ipynb")
+>>> [c.source.splitlines()[-1] for c in student.cells if c.get("metadata", {}).get("nbgrader")]
+['    raise NotImplementedError()', 'check_f(f)']
 """
 
 from __future__ import annotations

@@ -84,6 +84,109 @@ def _pav(desired: list[float], offsets: list[float]) -> list[float]:
     return [v + o for v, o in zip(out, offsets)]
 
 
+@dataclass
+class _Points:
+    """Real nodes (indices < n) and the dummies of long edges: their layer, extents and links."""
+
+    layer: list[int]
+    left: list[float]
+    right: list[float]
+    chains: list[list[int]]  # per oriented edge: the points it passes, source first
+    ups: list[list[int]]
+    downs: list[list[int]]
+
+
+def _with_dummies(sizes: list[tuple[float, ...]], layer: list[int], down: list[tuple[int, int]]) -> _Points:
+    """Step 2: one dummy point per layer a long edge crosses."""
+    points = _Points(list(layer), [s[0] for s in sizes], [s[1] for s in sizes], [], [], [])
+    for u, v in down:
+        chain = [u]
+        for depth in range(layer[u] + 1, layer[v]):
+            points.layer.append(depth)
+            points.left.append(DUMMY_HALF)
+            points.right.append(DUMMY_HALF)
+            chain.append(len(points.layer) - 1)
+        chain.append(v)
+        points.chains.append(chain)
+    total = len(points.layer)
+    points.ups = [[] for _ in range(total)]
+    points.downs = [[] for _ in range(total)]
+    for chain in points.chains:
+        for a, b in zip(chain, chain[1:]):
+            points.downs[a].append(b)
+            points.ups[b].append(a)
+    return points
+
+
+def _ordered_rows(points: _Points) -> list[list[int]]:
+    """Step 3: points per layer in depth-first order from the top, then barycenter sweeps."""
+    total = len(points.layer)
+    n_layers = max(points.layer) + 1 if total else 0
+    rows: list[list[int]] = [[] for _ in range(n_layers)]
+    seen = [False] * total
+    for start in range(total):  # depth-first from each top point, so subtrees stay together
+        if seen[start] or points.ups[start]:
+            continue
+        stack = [start]
+        while stack:
+            p = stack.pop()
+            if seen[p]:
+                continue
+            seen[p] = True
+            rows[points.layer[p]].append(p)
+            stack.extend(reversed([c for c in points.downs[p] if not seen[c]]))
+    for p in range(total):  # anything only reachable through a cycle-free but unseen path
+        if not seen[p]:
+            seen[p] = True
+            rows[points.layer[p]].append(p)
+
+    pos = [0.0] * total
+    for row in rows:
+        for i, p in enumerate(row):
+            pos[p] = float(i)
+    for k in range(SWEEPS):
+        down = k % 2 == 0
+        neighbours = points.ups if down else points.downs
+        for r in range(1, n_layers) if down else range(n_layers - 2, -1, -1):
+            keys = []
+            for i, p in enumerate(rows[r]):
+                nbs = neighbours[p]
+                keys.append((sum(pos[q] for q in nbs) / len(nbs) if nbs else pos[p], i, p))
+            keys.sort()
+            rows[r] = [p for _, _, p in keys]
+            for i, p in enumerate(rows[r]):
+                pos[p] = float(i)
+    return rows
+
+
+def _x_positions(points: _Points, rows: list[list[int]], h_gap: float) -> list[float]:
+    """Step 4: pack each row, then pull points towards their neighbours' mean x (keeping order and gaps)."""
+    x = [0.0] * len(points.layer)
+    offsets_of: list[list[float]] = []
+    for row in rows:
+        offsets = []
+        acc = 0.0
+        for i, p in enumerate(row):
+            if i:
+                acc += points.right[row[i - 1]] + h_gap + points.left[p]
+            offsets.append(acc)
+        offsets_of.append(offsets)
+        half = offsets[-1] / 2 if offsets else 0.0
+        for p, o in zip(row, offsets):
+            x[p] = o - half
+    n_layers = len(rows)
+    for k in range(PLACE_PASSES):  # down, up, down: the last pass aligns children under parents
+        down = k % 2 == 0
+        neighbours = points.ups if down else points.downs
+        for r in range(1, n_layers) if down else range(n_layers - 2, -1, -1):
+            desired = [
+                sum(x[q] for q in neighbours[p]) / len(neighbours[p]) if neighbours[p] else x[p] for p in rows[r]
+            ]
+            for p, value in zip(rows[r], _pav(desired, offsets_of[r])):
+                x[p] = value
+    return x
+
+
 def layered_layout(
     sizes: list[tuple[float, ...]],
     edges: list[tuple[int, int]],
@@ -100,132 +203,35 @@ def layered_layout(
     """
     n = len(sizes)
     layer, down = _layers(n, edges)
-
-    # Points: real nodes, then dummies for every layer a long edge crosses.
-    left = [s[0] for s in sizes]
-    right = [s[1] for s in sizes]
-    point_layer = list(layer)
-    chains: list[list[int]] = []
-    for u, v in down:
-        chain = [u]
-        for depth in range(layer[u] + 1, layer[v]):
-            point_layer.append(depth)
-            left.append(DUMMY_HALF)
-            right.append(DUMMY_HALF)
-            chain.append(len(point_layer) - 1)
-        chain.append(v)
-        chains.append(chain)
-    total = len(point_layer)
-    ups: list[list[int]] = [[] for _ in range(total)]
-    downs: list[list[int]] = [[] for _ in range(total)]
-    for chain in chains:
-        for a, b in zip(chain, chain[1:]):
-            downs[a].append(b)
-            ups[b].append(a)
-
-    # Initial order: depth-first from the top, so subtrees stay together.
-    n_layers = max(point_layer) + 1 if total else 0
-    rows: list[list[int]] = [[] for _ in range(n_layers)]
-    seen = [False] * total
-    for start in range(total):
-        if seen[start] or ups[start]:
-            continue
-        stack = [start]
-        while stack:
-            p = stack.pop()
-            if seen[p]:
-                continue
-            seen[p] = True
-            rows[point_layer[p]].append(p)
-            stack.extend(reversed([c for c in downs[p] if not seen[c]]))
-    for p in range(total):  # anything only reachable through a cycle-free but unseen path
-        if not seen[p]:
-            seen[p] = True
-            rows[point_layer[p]].append(p)
-
-    pos = [0.0] * total
-    for row in rows:
-        for i, p in enumerate(row):
-            pos[p] = float(i)
-
-    def sweep(row_indices, neighbours) -> None:
-        for r in row_indices:
-            row = rows[r]
-            keys = []
-            for i, p in enumerate(row):
-                nbs = neighbours[p]
-                keys.append((sum(pos[q] for q in nbs) / len(nbs) if nbs else pos[p], i, p))
-            keys.sort()
-            rows[r] = [p for _, _, p in keys]
-            for i, p in enumerate(rows[r]):
-                pos[p] = float(i)
-
-    for k in range(SWEEPS):
-        if k % 2 == 0:
-            sweep(range(1, n_layers), ups)
-        else:
-            sweep(range(n_layers - 2, -1, -1), downs)
-
-    # x coordinates: pack each row, then pull nodes towards their neighbours.
-    x = [0.0] * total
-    offsets_of: list[list[float]] = []
-    for row in rows:
-        offsets = []
-        acc = 0.0
-        for i, p in enumerate(row):
-            if i:
-                acc += right[row[i - 1]] + h_gap + left[p]
-            offsets.append(acc)
-        offsets_of.append(offsets)
-        half = offsets[-1] / 2 if offsets else 0.0
-        for p, o in zip(row, offsets):
-            x[p] = o - half
-
-    def place(row_indices, neighbours) -> None:
-        for r in row_indices:
-            row = rows[r]
-            desired = []
-            for p in row:
-                nbs = neighbours[p]
-                if nbs:
-                    desired.append(sum(x[q] for q in nbs) / len(nbs))
-                else:
-                    desired.append(x[p])
-            for p, value in zip(row, _pav(desired, offsets_of[r])):
-                x[p] = value
-
-    for k in range(PLACE_PASSES):  # down, up, down: the last pass aligns children under parents
-        if k % 2 == 0:
-            place(range(1, n_layers), ups)
-        else:
-            place(range(n_layers - 2, -1, -1), downs)
+    points = _with_dummies(sizes, layer, down)
+    rows = _ordered_rows(points)
+    x = _x_positions(points, rows, h_gap)
 
     # y: each layer is as tall as its tallest node.
-    heights = [0.0] * n_layers
+    heights = [0.0] * len(rows)
     for p in range(n):
-        heights[point_layer[p]] = max(heights[point_layer[p]], sizes[p][2])
+        heights[points.layer[p]] = max(heights[points.layer[p]], sizes[p][2])
     tops = []
     acc = 0.0
     for h in heights:
         tops.append(acc)
         acc += h + v_gap
-    min_x = min((x[p] - left[p] for p in range(total)), default=0.0)
-    max_x = max((x[p] + right[p] for p in range(total)), default=0.0)
+    total = len(points.layer)
+    min_x = min((x[p] - points.left[p] for p in range(total)), default=0.0)
+    max_x = max((x[p] + points.right[p] for p in range(total)), default=0.0)
     x = [v - min_x for v in x]
 
     routes: list[list[tuple[float, float]]] = []
-    flipped_index = 0
+    chains = iter(points.chains)
     for u, v in edges:
         if u == v:
             routes.append([])
             continue
-        chain = chains[flipped_index]
-        flipped_index += 1
+        chain = next(chains)
         source = sizes[chain[0]]
         pts = [(x[chain[0]], tops[layer[chain[0]]] + (source[3] if len(source) > 3 else source[2]))]
         for p in chain[1:-1]:
-            mid = tops[point_layer[p]] + heights[point_layer[p]] / 2
-            pts.append((x[p], mid))
+            pts.append((x[p], tops[points.layer[p]] + heights[points.layer[p]] / 2))
         pts.append((x[chain[-1]], tops[layer[chain[-1]]]))
         routes.append(pts if u < v else pts[::-1])
     return Layout(
