@@ -59,6 +59,24 @@ def is_library(filename: str) -> bool:
     return path.startswith(_LIBRARY_DIRS) or any(part in path for part in _LIBRARY_PARTS)
 
 
+def learner_call(frame) -> str | None:
+    """``module.qualname`` of the function ``frame`` runs, when the learner's own code called it directly; else None.
+
+    ``sys.setprofile`` callbacks use it: a call the package makes to itself, or torch makes on the
+    learner's behalf (a module's forward, a hook), is not the learner's.
+
+    >>> import sys
+    >>> def probe():
+    ...     return learner_call(sys._getframe())
+    >>> probe()  # called from this doctest's code, which is not library code
+    'autogradlab.tracebacks.probe'
+    """
+    caller = frame.f_back
+    if caller is None or is_library(caller.f_code.co_filename):
+        return None
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
+
+
 def learner_frames(frames: Iterable[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
     """The frames of the learner's own code, outermost first (``traceback.extract_tb`` or ``extract_stack``)."""
     return [f for f in frames if not is_library(f.filename)]

@@ -32,7 +32,7 @@ from unittest import mock
 import torch
 
 from autogradlab import torch_internals as internals
-from autogradlab.tracebacks import error_kind, hint_for, is_kind, is_library, learner_frame
+from autogradlab.tracebacks import error_kind, hint_for, is_kind, learner_call, learner_frame
 
 # --------------------------------------------------------------------------- the structured error
 
@@ -247,21 +247,17 @@ def _course_calls(modules: tuple[str, ...], used: list[str]) -> Iterator[None]:
     Only a call made directly from learner code counts: the package calling itself, and torch
     calling the package (a module's forward, a hook), do not. Where the package is imported
     from makes no difference: the callee is known by its module name, the caller by
-    :func:`autogradlab.tracebacks.is_library`.
+    :func:`autogradlab.tracebacks.learner_call`.
     """
     previous = sys.getprofile()
+    prefixes = tuple(m.rstrip(".") + "." for m in modules)  # "a.b" covers a.b.c, not a.bc
 
     def profile(frame, event, arg) -> None:
         if event != "call":
             return
-        module = frame.f_globals.get("__name__", "")
-        if not module.startswith(modules) or module == __name__:
-            return
-        caller = frame.f_back
-        if caller is not None and not is_library(caller.f_code.co_filename):
-            shown = f"{module}.{frame.f_code.co_qualname}"
-            if shown not in used:
-                used.append(shown)
+        shown = learner_call(frame)
+        if shown and shown.startswith(prefixes) and not shown.startswith(__name__ + ".") and shown not in used:
+            used.append(shown)
 
     sys.setprofile(profile)
     try:
