@@ -10,6 +10,7 @@ lists (move the code to the concept's home, then delete the entry), and a second
 when an entry is no longer needed.
 """
 
+import ast
 import io
 import re
 import tokenize
@@ -57,6 +58,104 @@ def flatteners(source: str) -> list[str]:
     return [f"{n}: {line.strip()}" for n, line in enumerate(source.splitlines(), 1) if _FLATTEN.search(line)]
 
 
+def _tree(source: str) -> ast.AST:
+    return ast.parse(source)
+
+
+def _package_names() -> set[str]:
+    """Every name the package defines itself (functions, classes, variables, attributes, arguments)."""
+    names: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(_tree(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return names
+
+
+_OWN = _package_names()
+_ATTRIBUTE_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
+# Public API spelled with one underscore: os._exit, namedtuple's methods.
+_PUBLIC_UNDERSCORE = {"_exit", "_asdict", "_replace", "_fields", "_make"}
+
+
+def private_reads(source: str, own: set[str] = frozenset()) -> list[str]:
+    """``line: name`` for each private attribute of someone else's object: ``x._name`` or ``getattr(x, "_name")``.
+
+    Our own private names (defined anywhere in the package) and ``self``/``cls`` attributes are not
+    reads of someone else's internals; dunder names are public protocol.
+    """
+    found = []
+    for node in ast.walk(_tree(source)):
+        name = None
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            name = node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _ATTRIBUTE_BUILTINS
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            name = node.args[1].value
+        if name and name.startswith("_") and not name.startswith("__") and name not in own | _PUBLIC_UNDERSCORE:
+            found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def _module_roots(tree: ast.AST) -> set[str]:
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return roots
+
+
+def patches(source: str) -> list[str]:
+    """``line: how`` for each replacement of an attribute while code runs: setattr/delattr, ``unittest.mock``
+    patching, a ``__code__`` swap, an assignment to a module's attribute, ``sys.setprofile``/``settrace``."""
+    tree = _tree(source)
+    roots = _module_roots(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func in ("setattr", "delattr") or func.split(".")[-1] in ("setprofile", "settrace"):
+                found.append(f"{node.lineno}: {func}")
+            elif "patch" in func.split(".") or func.startswith(("mock.patch", "patch.")):
+                found.append(f"{node.lineno}: {func}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute):
+                    head = target
+                    while isinstance(head, ast.Attribute):
+                        head = head.value
+                    if target.attr == "__code__" or (isinstance(head, ast.Name) and head.id in roots):
+                        found.append(f"{node.lineno}: {ast.unparse(target)} = ...")
+    return found
+
+
+_FRAME_ATTRIBUTES = {"f_back", "f_code", "f_globals", "f_locals", "co_filename", "tb_frame", "tb_next"}
+
+
+def frame_reads(source: str) -> list[str]:
+    """``line: attribute`` for each read of a stack frame or traceback (``frame.f_back``, ``extract_tb`` ...)."""
+    return [
+        f"{node.lineno}: .{node.attr}"
+        for node in ast.walk(_tree(source))
+        if isinstance(node, ast.Attribute) and node.attr in _FRAME_ATTRIBUTES | {"extract_tb", "extract_stack"}
+    ]
+
+
 CONCEPTS = {
     # concept: (finder, its home(s), files not yet migrated)
     "graph walk (next_functions)": (
@@ -68,10 +167,30 @@ CONCEPTS = {
             "checks/ch01.py",
         },
     ),
-    "learner's line (extract_tb / extract_stack)": (
-        lambda source: attribute_reads(source, {"extract_tb", "extract_stack"}),
+    "reading stack frames and tracebacks (the learner's line, who called)": (
+        frame_reads,
         {"tracebacks.py"},
-        set(),
+        {"checks/ch09.py"},
+    ),
+    "private attributes of torch objects": (
+        lambda source: private_reads(source, _OWN),
+        {"torch_internals.py"},
+        {"models/doctor/observe.py"},
+    ),
+    "replacing attributes while code runs (refusing or observing)": (
+        patches,
+        # the kernel refuses what an exercise rules out; the doctor observes a training step
+        {"checks/core.py", "models/doctor/observe.py"},
+        {
+            "checks/ch01.py",
+            "checks/ch02.py",
+            "checks/ch03.py",
+            "checks/ch06.py",
+            "checks/ch07.py",
+            "checks/ch08.py",
+            "checks/ch09.py",
+            "checks/stateful.py",
+        },
     ),
     "error text -> hint": (error_text_tests, {"tracebacks.py"}, set()),
     "flattening parameters or gradients": (
@@ -99,6 +218,26 @@ def test_the_not_yet_migrated_list_has_no_stale_entry(concept):
     find, _, not_yet = CONCEPTS[concept]
     stale = [rel for rel in sorted(not_yet) if not (PACKAGE / rel).exists() or not find((PACKAGE / rel).read_text())]
     assert not stale, f"{concept}: remove {stale} from its not-yet-migrated list"
+
+
+def test_the_concept_finders_see_a_second_home():
+    source = (
+        "import sys, torch\n"
+        "from unittest import mock\n"
+        "def f(scaler, fn, frame, helper):\n"
+        "    scale = scaler._scale\n"
+        "    tracker = getattr(scaler, '_growth_tracker', None)\n"
+        "    setattr(torch.autograd, 'backward', fn)\n"
+        "    torch.autograd.grad = fn\n"
+        "    helper.__code__ = fn.__code__\n"
+        "    sys.setprofile(fn)\n"
+        "    with mock.patch.object(torch, 'exp', fn):\n"
+        "        return frame.f_back.f_code.co_filename, self._mine\n"
+    )
+    assert private_reads(source) == ["4: _scale", "5: _growth_tracker"]
+    assert private_reads(source, own={"_scale"}) == ["5: _growth_tracker"]
+    assert sorted(int(hit.split(":")[0]) for hit in patches(source)) == [6, 7, 8, 9, 10]
+    assert [hit.split(": ")[1] for hit in frame_reads(source)] == [".co_filename", ".f_code", ".f_back"]
 
 
 def test_the_finders_see_a_second_home():
