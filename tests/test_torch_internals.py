@@ -315,3 +315,24 @@ def test_the_one_home_test_sees_a_private_read(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import torch.utils._pytree\ndef f(t, fn):\n    return t._version, getattr(fn, '_saved_' + 'x')\n")
     assert private_reads(bad) == ["1: torch...._pytree", "3: ._version", "3: '_saved_'"]
+
+
+# --------------------------------------------------------------------------- GradScaler (the doctor's clip check)
+
+PRIVATE_ATTRIBUTES |= {"_scale", "_per_optimizer_states"}
+
+
+def test_scaler_started_and_stage_follow_one_iteration_without_adding_entries():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    assert not internals.scaler_started(scaler) and internals.scaler_stage(scaler, opt) == "READY"
+    assert not scaler._per_optimizer_states  # reading added no entry
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    assert internals.scaler_started(scaler) and internals.scaler_stage(scaler, opt) == "READY"
+    scaler.unscale_(opt)
+    assert internals.scaler_stage(scaler, opt) == "UNSCALED"
+    scaler.step(opt)
+    assert internals.scaler_stage(scaler, opt) == "STEPPED"
+    scaler.update()
+    assert internals.scaler_stage(scaler, opt) == "READY"

@@ -209,3 +209,25 @@ MODE_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm.
 # torch.nn.utils.clip_grad's private helper behind clip_grad_norm_ (the doctor wraps every
 # entry point a learner's clip can reach, this one too).
 CLIP_WITH_NORM_PRIVATE = "_clip_grads_with_norm_"
+
+
+# --------------------------------------------------------------------------- GradScaler
+# The doctor asks "are these gradients still multiplied by the scale?" when a clip runs. GradScaler
+# answers it only privately: ``get_scale()`` returns a number even before the first ``scale()``,
+# and the per-optimizer stage (READY / UNSCALED / STEPPED) of the current iteration has no getter.
+
+
+def scaler_started(scaler: Any) -> bool:
+    """Whether ``scaler.scale(...)`` has run at least once (before it, no gradient can be scaled)."""
+    return getattr(scaler, "_scale", None) is not None
+
+
+def scaler_stage(scaler: Any, optimizer: Any) -> str:
+    """``optimizer``'s stage in ``scaler``'s current iteration: ``"READY"`` (its gradients are still
+    scaled), ``"UNSCALED"`` (after ``unscale_``) or ``"STEPPED"``; reading adds no entry for it."""
+    state = scaler._per_optimizer_states.get(id(optimizer))
+    stage = state.get("stage") if state else None
+    return getattr(stage, "name", "READY")
+
+
+__all__ += ["scaler_started", "scaler_stage"]

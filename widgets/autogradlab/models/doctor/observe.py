@@ -481,15 +481,9 @@ class Observer:
         scaler = self.scaler
         if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
             return False
-        if getattr(scaler, "_scale", None) is None or not any(t.grad is not None for t in tensors):
+        if not internals.scaler_started(scaler) or not any(t.grad is not None for t in tensors):
             return False
-        states = getattr(scaler, "_per_optimizer_states", {})
-        for i in self.optimizers_of(tensors):
-            state = states.get(id(self.optimizers[i]))  # .get: reading must not add an entry
-            stage = getattr(state.get("stage") if state else None, "name", "READY")
-            if stage == "READY":
-                return True
-        return False
+        return any(internals.scaler_stage(scaler, self.optimizers[i]) == "READY" for i in self.optimizers_of(tensors))
 
     def _adaptive_effect(self, optimizer: torch.optim.Optimizer) -> None:
         """After a clip on scaled gradients, estimate what it does to an Adam-like optimizer's first update."""
