@@ -1,19 +1,35 @@
 """Checkers for chapter 00 (welcome): derivatives by hand, checked against autograd.
 
-The chapter works out d/dx [x² sin x] (its check, :func:`check_derivative`, is the
-demo of what a check prints) and the gradient of a plain mean; the exercises ask for
-what the page does not show, SiLU's derivative and the gradient of a masked mean.
-Every learner function runs with autograd out of reach (``no_autograd=True``).
+The chapter works out d/dx [x² sin x] (:func:`check_derivative` is the demo of what a check
+prints); the exercises ask for what the page does not show, SiLU's derivative (also where
+exp overflows) and the gradient of a masked mean. Every learner function runs ``BY_HAND``.
 
 >>> check_silu_derivative(lambda x: torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x))))
-✓ dsilu_dx matches the reference on 5 inputs
+✓ dsilu_dx matches the reference on 6 inputs
 """
 
 from __future__ import annotations
 
 import torch
 
-from autogradlab.checks.core import Case, check_function, seeded
+from autogradlab.checks.core import BY_HAND, Case, ExerciseError, Mistake, check_function, seeded
+
+
+def _autograd_derivative(f):
+    """The element-wise derivative of ``f`` by autograd (the gradient of sum(f(x)) is f' at every element)."""
+
+    def derivative(x: torch.Tensor, *rest) -> torch.Tensor:
+        x = x.detach().requires_grad_(True)
+        return torch.autograd.grad(f(x, *rest).sum(), x)[0]
+
+    return derivative
+
+
+def _floats(values, label: str) -> Case:
+    return Case((torch.tensor(values, dtype=torch.float64),), label)
+
+
+# --------------------------------------------------------------------------- the worked example
 
 
 def f(x: torch.Tensor) -> torch.Tensor:
@@ -21,34 +37,27 @@ def f(x: torch.Tensor) -> torch.Tensor:
     return x**2 * torch.sin(x)
 
 
-def _autograd_derivative(x: torch.Tensor) -> torch.Tensor:
-    # Element-wise f, so the gradient of sum(f(x)) is f'(x) at every element.
-    x = x.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad(f(x).sum(), x)
-    return grad
-
-
-def _derivative_cases() -> list[Case]:
-    gen = seeded(0)
-    return [
-        Case((torch.tensor([0.0, 1.0, -2.0, 3.5], dtype=torch.float64),), "x = [0, 1, -2, 3.5] (float64)"),
-        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 3,), "7 random x in float64"),
-        Case((torch.randn(3, 5, generator=gen) * 3,), "x of shape (3, 5) in float32"),
-        Case((torch.tensor(0.7, dtype=torch.float64),), "a 0-dim x = 0.7"),
-    ]
-
-
-DERIVATIVE_MISTAKES = {
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).": lambda x: (
-        2 * x * torch.sin(x)
+DERIVATIVE_MISTAKES = (
+    Mistake(
+        "only-u'v",
+        "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).",
+        lambda x: 2 * x * torch.sin(x),
     ),
-    "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).": lambda x: (
-        x**2 * torch.cos(x)
+    Mistake(
+        "only-uv'",
+        "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).",
+        lambda x: x**2 * torch.cos(x),
     ),
-    "sign error: d/dx sin(x) = +cos(x), so both terms are added.": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
-    "power rule: d/dx x² = 2x (you used x).": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
-    "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).": lambda x: 2 * x * torch.cos(x),
-}
+    Mistake(
+        "sign",
+        "sign error: d/dx sin(x) = +cos(x), so both terms are added.",
+        lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+    ),
+    Mistake("power-rule", "power rule: d/dx x² = 2x (you used x).", lambda x: x * torch.sin(x) + x**2 * torch.cos(x)),
+    Mistake(
+        "u'v'", "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).", lambda x: 2 * x * torch.cos(x)
+    ),
+)
 
 
 def check_derivative(df_dx) -> None:
@@ -57,9 +66,19 @@ def check_derivative(df_dx) -> None:
     >>> check_derivative(lambda x: 2 * x * torch.sin(x) + x**2 * torch.cos(x))
     ✓ df_dx matches the reference on 4 inputs
     """
+    gen = seeded(0)
+    cases = [
+        _floats([0.0, 1.0, -2.0, 3.5], "x = [0, 1, -2, 3.5] (float64)"),
+        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 3,), "7 random x in float64"),
+        Case((torch.randn(3, 5, generator=gen) * 3,), "x of shape (3, 5) in float32"),
+        _floats(0.7, "a 0-dim x = 0.7"),
+    ]
     check_function(
-        df_dx, _autograd_derivative, _derivative_cases(), name="df_dx", mistakes=DERIVATIVE_MISTAKES, no_autograd=True
+        df_dx, _autograd_derivative(f), cases, name="df_dx", mistakes=DERIVATIVE_MISTAKES, off_limits=BY_HAND
     )
+
+
+# --------------------------------------------------------------------------- Exercise 1: SiLU
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -67,24 +86,19 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return x * torch.sigmoid(x)
 
 
-def _autograd_silu_derivative(x: torch.Tensor) -> torch.Tensor:
-    # Element-wise function, so the gradient of the sum is the derivative at every element.
-    x = x.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad(silu(x).sum(), x)
-    return grad
-
-
 def _silu_cases() -> list[Case]:
     gen = seeded(0)
     return [
-        Case((torch.tensor([0.0, 1.0, -2.0, 3.5, -6.0], dtype=torch.float64),), "x = [0, 1, -2, 3.5, -6] (float64)"),
+        _floats([0.0, 1.0, -2.0, 3.5, -6.0], "x = [0, 1, -2, 3.5, -6] (float64)"),
         Case((torch.randn(7, generator=gen, dtype=torch.float64) * 4,), "7 random x in float64"),
         Case((torch.randn(3, 5, generator=gen) * 4,), "x of shape (3, 5) in float32"),
         Case(
             (torch.linspace(-12, 12, 9, dtype=torch.float64).reshape(3, 3).T,),
             "a transposed (3, 3) view, x from -12 to 12",
         ),
-        Case((torch.tensor(0.7, dtype=torch.float64),), "a 0-dim x = 0.7"),
+        _floats(0.7, "a 0-dim x = 0.7"),
+        # exp(-x) overflows to inf: at x = -1000 in float64, from x ≈ -89 in float32.
+        Case((torch.tensor([-1000.0, -100.0, 40.0, 1000.0]),), "large |x|: [-1000, -100, 40, 1000] (float32)"),
     ]
 
 
@@ -92,44 +106,79 @@ def _sig(x):
     return torch.sigmoid(x)
 
 
-SILU_MISTAKES = {
-    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).": lambda x: _sig(x),
-    "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).": lambda x: (
-        x * _sig(x) * (1 - _sig(x))
+def _exp_form(x):
+    e = torch.exp(-x)
+    return 1 / (1 + e) + x * e / (1 + e) ** 2
+
+
+_OVERFLOW = (
+    "exp(−x) overflows to inf for large negative x (float32 from x ≈ −89), and inf/inf is NaN: write σ' with "
+    "σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x."
+)
+
+SILU_MISTAKES = (
+    Mistake("only-sigma", "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).", _sig),
+    Mistake(
+        "only-x-sigma'",
+        "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).",
+        lambda x: x * _sig(x) * (1 - _sig(x)),
     ),
-    "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).": lambda x: (
-        _sig(x) + x * _sig(x)
+    Mistake(
+        "sigma'-is-sigma",
+        "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).",
+        lambda x: _sig(x) + x * _sig(x),
     ),
-    "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.": lambda x: (
-        _sig(x) + x * (1 - _sig(x) ** 2)
+    Mistake(
+        "tanh-pattern",
+        "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.",
+        lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
     ),
-    "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².": lambda x: (
-        _sig(x) + x * (1 - _sig(x))
+    Mistake(
+        "denominator-not-squared",
+        "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².",
+        lambda x: _sig(x) + x * (1 - _sig(x)),
     ),
-    "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.": lambda x: (
-        _sig(x) - x * _sig(x) * (1 - _sig(x))
+    Mistake(
+        "sign",
+        "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.",
+        lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
     ),
-    "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.": lambda x: (
-        _sig(x) * (1 - _sig(x))
+    Mistake(
+        "u'v'",
+        "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.",
+        lambda x: _sig(x) * (1 - _sig(x)),
     ),
-}
+    Mistake(
+        "x-missing",
+        "the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x))).",
+        lambda x: _sig(x) + _sig(x) * (1 - _sig(x)),
+    ),
+    Mistake("overflow", _OVERFLOW, _exp_form),
+)
 
 
 def check_silu_derivative(dsilu_dx) -> None:
-    """Check ``dsilu_dx(x)`` = d/dx [x · sigmoid(x)], element-wise and by hand, against autograd.
+    """Check ``dsilu_dx(x)`` = d/dx [x · sigmoid(x)], element-wise, by hand and finite for every x, against autograd.
 
     >>> check_silu_derivative(lambda x: torch.sigmoid(x) + x * torch.sigmoid(x) * torch.sigmoid(-x))
-    ✓ dsilu_dx matches the reference on 5 inputs
+    ✓ dsilu_dx matches the reference on 6 inputs
     """
-    check_function(
-        dsilu_dx, _autograd_silu_derivative, _silu_cases(), name="dsilu_dx", mistakes=SILU_MISTAKES, no_autograd=True
-    )
+    try:
+        check_function(
+            dsilu_dx,
+            _autograd_derivative(silu),
+            _silu_cases(),
+            name="dsilu_dx",
+            mistakes=SILU_MISTAKES,
+            off_limits=BY_HAND,
+        )
+    except ExerciseError as error:
+        if error.kind == "not-finite" and error.mistake is None:  # another overflowing form
+            raise error.but(hint=_OVERFLOW, mistake="overflow") from None
+        raise
 
 
-def _autograd_masked_mean_grad(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    x = x.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad((x[mask] ** 2).mean(), x)
-    return grad
+# --------------------------------------------------------------------------- Exercise 2: masked mean
 
 
 def _masked_cases() -> list[Case]:
@@ -159,21 +208,38 @@ def _kept(mask, x):
     return mask.to(x.dtype)
 
 
-MASKED_MEAN_MISTAKES = {
-    "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().": lambda x, m: (
-        2 * x * _kept(m, x) / x.numel()
+MASKED_MEAN_MISTAKES = (
+    Mistake(
+        "divided-by-numel",
+        "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().",
+        lambda x, m: 2 * x * _kept(m, x) / x.numel(),
     ),
-    "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.": lambda x, m: (
-        2 * x / m.sum()
+    Mistake(
+        "mask-missing",
+        "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.",
+        lambda x, m: 2 * x / m.sum(),
     ),
-    "the mean divides by the number of kept entries, not by x.shape[0] (the rows).": lambda x, m: (
-        2 * x * _kept(m, x) / x.shape[0]
+    Mistake(
+        "divided-by-rows",
+        "the mean divides by the number of kept entries, not by x.shape[0] (the rows).",
+        lambda x, m: 2 * x * _kept(m, x) / x.shape[0],
     ),
-    "d/dx x² = 2x: the factor 2 is missing.": lambda x, m: x * _kept(m, x) / m.sum(),
-    "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.": lambda x, m: (
-        2 * x * _kept(m, x)
+    *(
+        Mistake(
+            "per-row-mean",
+            "L is ONE mean over all kept entries of x, not a mean per row: divide by mask.sum() over the whole "
+            "tensor, not by each row's count (an all-False row then needs no special case: its entries get 0).",
+            lambda x, m, least=least: 2 * x * _kept(m, x) / m.sum(-1, keepdim=True).clamp_min(least),
+        )
+        for least in (0, 1)  # an all-False row: 0/0 = NaN, or a count clamped to 1
     ),
-}
+    Mistake("factor-2", "d/dx x² = 2x: the factor 2 is missing.", lambda x, m: x * _kept(m, x) / m.sum()),
+    Mistake(
+        "masked-sum",
+        "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.",
+        lambda x, m: 2 * x * _kept(m, x),
+    ),
+)
 
 
 def check_masked_mean_grad(grad_masked_mean) -> None:
@@ -184,9 +250,9 @@ def check_masked_mean_grad(grad_masked_mean) -> None:
     """
     check_function(
         grad_masked_mean,
-        _autograd_masked_mean_grad,
+        _autograd_derivative(lambda x, mask: x[mask] ** 2 / mask.sum()),
         _masked_cases(),
         name="grad_masked_mean",
         mistakes=MASKED_MEAN_MISTAKES,
-        no_autograd=True,
+        off_limits=BY_HAND,
     )

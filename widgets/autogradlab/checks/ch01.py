@@ -1,172 +1,117 @@
 """Checkers for chapter 01 (the dynamic computation graph).
 
-1. ``check_params_that_get_grad``: predict, without running it, which parameters a
-   control-flow-dependent forward pass reaches (checked against a real backward for
-   every branch; the answer runs with autograd switched off).
-2. ``check_scaled_scores``: repair a function whose graph is cut in three disguised
-   places (values and gradients for both inputs against autograd; each remaining cut named).
-3. ``check_reverse_sweep``: run backward by hand on PyTorch's own graph, calling each
-   node once in a valid order and accumulating into the leaves, with the engine
-   (``backward``, ``autograd.grad``) out of reach.
+1. :func:`check_params_that_get_grad`: which parameters does a forward pass that branches and
+   loops on its own values reach? Checked against a real backward; the answer runs with no
+   graph possible (it computes the conditions, not the gradients).
+2. :func:`check_scaled_scores`: repair a function whose graph is cut in three disguised places
+   (values and gradients for both inputs against autograd; each remaining cut named).
+3. :func:`check_reverse_sweep`: run backward by hand on PyTorch's own graph, each node once in a
+   valid order, accumulating into the leaves, with the engine switched off.
+
+The checker's own answers (:func:`_scaled`, :func:`_sweep`) are off limits to the learner's code.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 
 from autogradlab import torch_internals as internals
-from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded
-from autogradlab.tracebacks import hint_for, is_kind
+from autogradlab.checks.core import Case, ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, passed, seeded
+from autogradlab.checks.node_runs import NodeRuns
+from autogradlab.models.dynamic_graph import routed_forward
+
+_OWN_ANSWERS = ("autogradlab.checks.ch01",)
 
 # --- Exercise 1: which parameters get a gradient? -------------------------------------------
 
 PARAM_NAMES = ("a", "b", "c", "d")
 
 
-def branchy_forward(x: torch.Tensor, params: dict, mode: str, steps: int) -> torch.Tensor:
-    """A forward pass whose graph depends on Python control flow (chapter 01, exercise 1)."""
-    h = x * params["a"]
-    if mode == "gate":
-        h = h * torch.sigmoid(params["b"])
-    for _ in range(steps):
-        h = torch.tanh(h + params["c"])
-    scale = params["d"].detach()
-    return (h * scale).sum()
+def _routed_cases() -> list[Case]:
+    gen = seeded(11)
+    a = torch.randn(3, 4, generator=gen, dtype=torch.float64).abs()
+    params = {"a": a, **{n: torch.randn(4, generator=gen, dtype=torch.float64) for n in "bcd"}}
+    xs = {
+        "x of shape (5, 3), entries in [0, 0.9)": torch.rand(5, 3, generator=gen, dtype=torch.float64) * 0.9,
+        "x of shape (4, 3), entries in (-3, -0.5]": -(torch.rand(4, 3, generator=gen, dtype=torch.float64) * 2.5 + 0.5),
+        "x of shape (2, 3), entries in [0, 0.05)": torch.rand(2, 3, generator=gen, dtype=torch.float64) * 0.05,
+        "x of shape (6, 3), normal with std 1.5": torch.randn(6, 3, generator=gen, dtype=torch.float64) * 1.5,
+        "x = [[1.0, -3.0, 0.5]]": torch.tensor([[1.0, -3.0, 0.5]], dtype=torch.float64),
+    }
+    return [Case((x, {n: p.clone().requires_grad_(True) for n, p in params.items()}), label) for label, x in xs.items()]
 
 
-def _params(seed: int) -> dict:
-    gen = seeded(seed)
-    return {name: torch.randn(3, generator=gen, dtype=torch.float64, requires_grad=True) for name in PARAM_NAMES}
+def _with_grad(x, params) -> set[str]:
+    params = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+    routed_forward(x, params).backward()
+    return {n for n, p in params.items() if p.grad is not None}
 
 
-def _true_params_with_grad(mode: str, steps: int) -> set[str]:
-    params = _params(0)
-    x = torch.randn(4, 3, generator=seeded(1), dtype=torch.float64)
-    branchy_forward(x, params, mode, steps).backward()
-    return {name for name, p in params.items() if p.grad is not None}
-
-
-_SETTINGS = [(mode, steps) for mode in ("gate", "plain") for steps in (0, 1, 2, 5)]
-
-
-def _hint(name: str, extra: bool, mode: str, steps: int) -> str:
+def _grad_hint(name: str) -> tuple[str, str]:
+    """``(mistake id, hint)`` for the first wrong name, in the order that explains the most."""
     if name == "d":
-        return "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d."
+        return (
+            "detached",
+            "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
+        )
+    if name == "a":
+        return "zero-is-not-none", (
+            "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, "
+            "a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values."
+        )
     if name == "b":
-        if extra:
-            return (
-                f"with mode={mode!r} the `if mode == 'gate'` branch does not run, so no op that uses b is "
-                "recorded: the graph is built by the code that actually ran, and b.grad stays None."
-            )
-        return "with mode='gate' the branch runs: b is multiplied in, so it is in the graph and gets a gradient."
-    if name == "c":
-        if extra:
-            return "with steps=0 the for loop body never runs: no op with c is recorded, so c gets no gradient."
-        return f"with steps={steps} the loop runs and adds c each time: c is in the graph."
-    return "a is always used (h = x * a) and requires grad: it always gets a gradient."
+        return "branch", "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1."
+    return "loop", "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1."
 
 
 def check_params_that_get_grad(params_that_get_grad) -> None:
-    """Check ``params_that_get_grad(mode, steps)`` -> set of names, for every mode and step count.
+    """Check ``params_that_get_grad(x, params)`` -> the set of names whose ``.grad`` a backward of
+    :func:`~autogradlab.models.dynamic_graph.routed_forward` leaves not None, on five inputs.
 
-    The answer runs with autograd out of reach: the exercise asks for reasoning about
-    the code, not for running it and reading ``.grad``.
-
-    >>> def answer(mode, steps):
-    ...     return {"a"} | ({"b"} if mode == "gate" else set()) | ({"c"} if steps > 0 else set())
+    >>> def answer(x, params):
+    ...     h = torch.relu(x @ params["a"])
+    ...     return {"a"} | ({"b"} if h.sum() > 1 else set()) | ({"c"} if x.abs().max() >= 1 else set())
     >>> check_params_that_get_grad(answer)
-    ✓ params_that_get_grad is right for all 8 settings of mode and steps
+    ✓ params_that_get_grad is right on 5 inputs
     """
-    for mode, steps in _SETTINGS:
-        label = f"mode={mode!r}, steps={steps}"
-        try:
-            got = call_learner(params_that_get_grad, (mode, steps), "params_that_get_grad", label, no_autograd=True)
-        except ExerciseError as error:
-            text = str(error)
-            # our own words (by_hand, capture) or torch's for a backward without a graph
-            if any(sign in text for sign in ("used autograd", "no grad_fn")) or is_kind(text, "no_graph"):
-                where = text[text.index("\n  in your code:") :] if "\n  in your code:" in text else ""
-                raise ExerciseError(
-                    f"`params_that_get_grad` ran the forward pass and asked autograd for {label}.\n"
-                    "Hint: this exercise asks you to reason about the code (which lines run for this mode and "
-                    "step count?), not to run it: the check runs your function with autograd switched off." + where
-                ) from None
-            raise
-        if isinstance(got, str) or not isinstance(got, (set, frozenset, list, tuple)):
-            raise ExerciseError(
-                f"`params_that_get_grad` should return a set of names like {{'a', 'b'}}, "
-                f"got {type(got).__name__} for {label}."
-            )
-        got = set(got)
-        unknown = got - set(PARAM_NAMES)
-        if unknown:
-            raise ExerciseError(f"unknown parameter name(s) {sorted(unknown)} for {label}: use 'a', 'b', 'c', 'd'.")
-        truth = _true_params_with_grad(mode, steps)
-        if got != truth:
-            extra, missing = sorted(got - truth), sorted(truth - got)
-            # d is wrong in every setting, so its hint explains the most; then the branch, then the loop.
-            name = min(extra or missing, key="dbca".index)
-            raise ExerciseError(
-                f"Wrong for {label}: you said {sorted(got)}, but after backward the parameters with a "
-                f"gradient are {sorted(truth)}.\nHint: {_hint(name, bool(extra), mode, steps)}"
-            )
-    passed(f"params_that_get_grad is right for all {len(_SETTINGS)} settings of mode and steps")
-
-
-# --- the checker's own references are not an answer --------------------------------------------
-
-_learner_running: list[str] = []  # non-empty while a learner's function runs
-
-
-class _ReferenceUsed(RuntimeError):
-    """A learner's function called one of this module's reference answers."""
-
-
-def _not_while_learner_runs(what: str) -> None:
-    if _learner_running:
-        raise _ReferenceUsed(f"{what} is the checker's own reference answer")
-
-
-@contextlib.contextmanager
-def _learner_call() -> Iterator[None]:
-    _learner_running.append("learner")
-    try:
-        yield
-    finally:
-        _learner_running.pop()
-
-
-def _reference_hint(error: ExerciseError, name: str, label: str) -> ExerciseError | None:
-    if "checker's own reference answer" not in str(error):
-        return None
-    return ExerciseError(
-        f"`{name}` called the checker's reference answer for {label}.\nHint: the exercise is to "
-        "write it yourself; the reference is only what the check compares with."
+    why = "reason about the code: which lines run for this x? The check runs your function with no graph possible."
+    learner = LearnerCall(
+        params_that_get_grad, "params_that_get_grad", OffLimits(autograd=True, no_graph=True, why=why)
     )
+    cases = _routed_cases()
+    for case in cases:
+        x, params = case.args
+        got = learner.on(case.label)(x, params)
+        if not isinstance(got, (set, frozenset)):
+            raise ExerciseError(
+                "type",
+                f"`params_that_get_grad` returned a {type(got).__name__} for {case.label}.",
+                hint="return a set of names such as {'a', 'b'}: a set has no order and no repeats.",
+            )
+        if got - set(PARAM_NAMES):
+            raise ExerciseError(
+                "value",
+                f"unknown parameter name(s) {sorted(got - set(PARAM_NAMES))} for {case.label}.",
+                hint="use 'a', 'b', 'c', 'd'.",
+            )
+        truth = _with_grad(x, params)
+        if got != truth:
+            name = min(got ^ truth, key="dabc".index)
+            mistake, hint = _grad_hint(name)
+            raise ExerciseError(
+                "value",
+                f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}.",
+                hint=hint,
+                mistake=mistake,
+            )
+    passed(f"params_that_get_grad is right on {len(cases)} inputs")
 
 
 # --- Exercise 2: repair a function whose graph is cut -----------------------------------------
 
 
-def broken_scaled_scores(x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-    """Standardise ``x`` over all its elements, cap the scores at ±3, divide by a learned temperature.
-
-    The values are right; the graph is cut in three places (chapter 01, exercise 2).
-    """
-    mean = x.mean().item()
-    std = torch.tensor(x.std(), dtype=x.dtype)
-    z = (x - mean) / std.clamp_min(1e-6)
-    with torch.no_grad():
-        z = z.clamp(-3.0, 3.0)
-    return z / temperature.to(x.dtype)
-
-
 def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
     """The repaired function, or a version that keeps one of the cuts (for the hints)."""
-    _not_while_learner_runs("autogradlab.checks.ch01._scaled")
     m = x.mean() if mean else x.mean().detach()
     s = x.std() if std else x.std().detach()
     z = (x - m) / s.clamp_min(1e-6)
@@ -178,44 +123,60 @@ def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
     return z / t.to(x.dtype)
 
 
-SCALED_GRADIENT_MISTAKES = {
-    "the mean still leaves the graph (`.item()` makes it a Python number): the gradient that flows "
-    "through the mean is missing. Keep `x.mean()` a tensor.": lambda x, t: _scaled(x, t, mean=False),
-    "the std is still rebuilt with `torch.tensor(...)`, which copies the value out of the graph: the gradient "
-    "through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).": lambda x, t: (
-        _scaled(x, t, std=False)
+SCALED_GRADIENT_MISTAKES = (
+    Mistake(
+        "mean-cut",
+        "the mean still leaves the graph (`.item()`, `.detach()` or `float()` make it a constant): the gradient "
+        "that flows through the mean is missing. Keep `x.mean()` a tensor in the graph.",
+        lambda x, t: _scaled(x, t, mean=False),
     ),
-    "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path "
-    "x -> output is in the graph.": lambda x, t: _scaled(x, t, mean=False, std=False),
-    "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): "
-    "scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.": lambda x, t: _scaled(
-        x, t, clamp="hidden"
+    Mistake(
+        "std-cut",
+        "the std is still a constant (rebuilt with `torch.tensor(...)`, or detached): the gradient through the std "
+        "is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).",
+        lambda x, t: _scaled(x, t, std=False),
     ),
-}
+    Mistake(
+        "mean-and-std-cut",
+        "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path "
+        "x -> output is in the graph.",
+        lambda x, t: _scaled(x, t, mean=False, std=False),
+    ),
+    Mistake(
+        "clamp-hidden",
+        "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): "
+        "scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
+        lambda x, t: _scaled(x, t, clamp="hidden"),
+    ),
+)
 
-SCALED_VALUE_MISTAKES = {
-    "the scores are not capped at ±3 (the clamp is missing).": lambda x, t: _scaled(x, t, clamp="none"),
-    "x.std() divides by N - 1 (the default); you divided by N (correction=0).": lambda x, t: (
-        ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t
+SCALED_VALUE_MISTAKES = (
+    Mistake(
+        "no-clamp", "the scores are not capped at ±3 (the clamp is missing).", lambda x, t: _scaled(x, t, clamp="none")
     ),
-    "divide by the temperature, not multiply.": lambda x, t: _scaled(x, t) * t * t,
-    "clamp the standardised scores, not x itself.": lambda x, t: (
-        (x.clamp(-3.0, 3.0) - x.clamp(-3.0, 3.0).mean()) / x.clamp(-3.0, 3.0).std() / t
+    Mistake(
+        "biased-std",
+        "x.std() divides by N - 1 (the default); you divided by N (correction=0).",
+        lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
     ),
-}
+    Mistake("times-temperature", "divide by the temperature, not multiply.", lambda x, t: _scaled(x, t) * t * t),
+    Mistake(
+        "clamped-x",
+        "clamp the standardised scores, not x itself.",
+        lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
+    ),
+)
 
 
 def _with_outliers(gen, shape, dtype, outliers):
     x = torch.randn(shape, generator=gen, dtype=dtype)
-    flat = x.view(-1)
     for i, value in outliers:
-        flat[i] = value
+        x.view(-1)[i] = value
     return x
 
 
 def _scaled_cases() -> list[Case]:
-    gen = seeded(21)
-    f64 = torch.float64
+    gen, f64 = seeded(21), torch.float64
     return [
         Case(
             (_with_outliers(gen, (20,), f64, [(3, 9.0)]), torch.tensor(0.7, dtype=f64)),
@@ -237,9 +198,14 @@ def _scaled_cases() -> list[Case]:
 
 
 def _grads(fn, x, t, weights):
-    x = x.detach().clone().requires_grad_(True)
-    t = t.detach().clone().requires_grad_(True)
+    x, t = (v.detach().clone().requires_grad_(True) for v in (x, t))
     return torch.autograd.grad((fn(x, t) * weights).sum(), (x, t), allow_unused=True)
+
+
+_CUT_HINTS = {
+    "x": "something between x and the output leaves the graph: here the clamp under `no_grad` returns a tensor with no history",
+    "the temperature": "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)",
+}
 
 
 def check_scaled_scores(scaled_scores) -> None:
@@ -248,178 +214,67 @@ def check_scaled_scores(scaled_scores) -> None:
     >>> check_scaled_scores(lambda x, t: ((x - x.mean()) / x.std()).clamp(-3, 3) / t)
     ✓ scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs
     """
+    learner = LearnerCall(scaled_scores, "scaled_scores", OffLimits(course=_OWN_ANSWERS, why="write it yourself."))
     for i, case in enumerate(_scaled_cases()):
         x, t = case.args
         lx, lt = x.clone().requires_grad_(True), t.clone().requires_grad_(True)
-        try:
-            with _learner_call():
-                got = call_learner(scaled_scores, (lx, lt), "scaled_scores", case.label)
-        except ExerciseError as error:
-            raise (_reference_hint(error, "scaled_scores", case.label) or error) from None
-        if not torch.equal(lx.detach(), x) or not torch.equal(lt.detach(), t):
-            raise ExerciseError(
-                f"`scaled_scores` changed its input in place for {case.label}.\nHint: an in-place op "
-                "on x (`x.clamp_`, `x -= ...`) modifies the caller's tensor; compute new tensors."
-            )
-        compare(
-            got,
-            _scaled(x, t),
-            what="The value of `scaled_scores`",
-            label=case.label,
-            mistakes={hint: fn(x, t) for hint, fn in SCALED_VALUE_MISTAKES.items()},
-        )
+        got = learner.on(case.label)(lx, lt)
+        wrong = {m: m.compute(x, t) for m in SCALED_VALUE_MISTAKES}
+        compare(got, _scaled(x, t), what="The value of `scaled_scores`", label=case.label, mistakes=wrong)
         if got.grad_fn is None:
             raise ExerciseError(
-                f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was "
-                "cut after the last operation, so no gradient reaches x or the temperature."
+                "contract",
+                f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was cut after the "
+                "last operation, so no gradient reaches x or the temperature.",
+                mistake="no-graph",
             )
         weights = torch.randn(x.shape, generator=seeded(200 + i), dtype=x.dtype)
-        got_gx, got_gt = torch.autograd.grad((got * weights).sum(), (lx, lt), allow_unused=True)
-        right_gx, right_gt = _grads(_scaled, x, t, weights)
-        for name, got_g in (("x", got_gx), ("the temperature", got_gt)):
-            if got_g is None:
-                where = (
-                    "something between x and the output leaves the graph: here the clamp under `no_grad` "
-                    "returns a tensor with no history"
-                    if name == "x"
-                    else "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)"
-                )
+        got_grads = torch.autograd.grad((got * weights).sum(), (lx, lt), allow_unused=True)
+        right = _grads(_scaled, x, t, weights)
+        wrong = {m: _grads(m.compute, x, t, weights) for m in SCALED_GRADIENT_MISTAKES}
+        for k, name in enumerate(("x", "the temperature")):
+            if got_grads[k] is None:
                 raise ExerciseError(
-                    f"No gradient reaches {name} through `scaled_scores` for {case.label}.\nHint: {where}."
+                    "contract",
+                    f"No gradient reaches {name} through `scaled_scores` for {case.label}.",
+                    hint=_CUT_HINTS[name] + ".",
+                    mistake=f"cut-{name.split()[-1]}",
                 )
-        wrong = {hint: _grads(fn, x, t, weights) for hint, fn in SCALED_GRADIENT_MISTAKES.items()}
-        compare(
-            got_gx,
-            right_gx,
-            what="The gradient that reaches x",
-            label=f"{case.label} (gradient of sum(weights * scaled_scores(x, t)))",
-            mistakes={hint: g[0] for hint, g in wrong.items()},
-        )
-        compare(
-            got_gt.reshape(right_gt.shape),
-            right_gt,
-            what="The gradient that reaches the temperature",
-            label=case.label,
-            mistakes={hint: g[1] for hint, g in wrong.items()},
-        )
+            compare(
+                got_grads[k].reshape(right[k].shape),
+                right[k],
+                what=f"The gradient that reaches {name}",
+                label=f"{case.label} (gradient of sum(weights * scaled_scores(x, t)))",
+                mistakes={m: g[k] for m, g in wrong.items()},
+            )
     passed("scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs")
 
 
 # --- Exercise 3: run the reverse sweep yourself ---------------------------------------------
 
 
-class _Engine:
-    """Stands in for PyTorch's autograd engine while a learner's sweep runs: any use is recorded and refused."""
-
-    def __init__(self, used: list[str]):
-        self.used = used
-
-    def run_backward(self, *args, **kwargs):
-        self.used.append("the autograd engine")
-        raise RuntimeError("the autograd engine is switched off while your reverse_sweep runs")
-
-    def __getattr__(self, name):
-        return getattr(_REAL_ENGINE, name)
-
-
-_REAL_ENGINE = internals.execution_engine()
-
-
-@contextlib.contextmanager
-def engine_off() -> Iterator[list[str]]:
-    """Make ``backward()``, ``torch.autograd.grad`` and the engine behind them raise; yield what was tried.
-
-    Unlike ``by_hand()``, grad mode stays as it is: the graph's nodes must stay callable. The
-    engine itself is replaced too, so a ``grad`` imported under another name earlier is caught.
-
-    >>> x = torch.ones(2, requires_grad=True)
-    >>> with engine_off() as used:
-    ...     try:
-    ...         (x * 2).sum().backward()
-    ...     except RuntimeError:
-    ...         pass
-    >>> used
-    ['`backward()`']
-    """
-    used: list[str] = []
-
-    def refuse(what):
-        def refused(*args, **kwargs):
-            used.append(what)
-            raise RuntimeError(f"{what} is switched off while your reverse_sweep runs")
-
-        return refused
-
-    patches = [
-        (torch.autograd, "backward", refuse("`backward()`")),
-        (torch.autograd, "grad", refuse("`torch.autograd.grad`")),
-    ]
-    for owner, attr in internals.engine_patch_points():
-        engine = owner is torch.autograd.variable.Variable  # the C++ engine object; the others are functions
-        patches.append((owner, attr, _Engine(used) if engine else refuse("the autograd engine")))
-    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches if hasattr(owner, attr)]
-    try:
-        for owner, attr, replacement in patches:
-            if hasattr(owner, attr):
-                setattr(owner, attr, replacement)
-        yield used
-    finally:
-        for owner, attr, original in saved:
-            setattr(owner, attr, original)
-
-
-class _CountUnpacks:
-    """Saved-tensor hooks that count how often each saved tensor is unpacked: once per call of its node."""
-
-    def __init__(self):
-        self.counts: list[int] = []
-
-    def pack(self, tensor):
-        self.counts.append(0)
-        return len(self.counts) - 1, tensor
-
-    def unpack(self, packed):
-        index, tensor = packed
-        self.counts[index] += 1
-        return tensor
-
-    def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+def _leaf(shape, seed):
+    return torch.randn(*shape, generator=seeded(seed), dtype=torch.float64, requires_grad=True)
 
 
 def _sweep_graphs() -> list[tuple[str, object]]:
     """(label, build) pairs; ``build()`` returns (scalar output, {name: leaf}) for a fresh, identical graph."""
 
-    def gen(seed):
-        return seeded(seed)
-
-    def chain():
-        x = torch.randn(4, generator=gen(1), dtype=torch.float64, requires_grad=True)
-        return x.exp().sin().sum(), {"x": x}
-
-    def square():
-        w = torch.randn(3, generator=gen(2), dtype=torch.float64, requires_grad=True)
-        return (w * w).sum(), {"w": w}
-
     def diamond():
-        x = torch.randn(3, generator=gen(3), dtype=torch.float64, requires_grad=True)
+        x = _leaf((3,), 3)
         h = x.exp()
         return (h.sin() + h.cos() * h).sum(), {"x": x}
 
     def data_and_two_paths():
-        g = gen(4)
-        w = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
-        data = torch.randn(5, 3, generator=g, dtype=torch.float64)
+        w, data = _leaf((3, 2), 4), torch.randn(5, 3, generator=seeded(40), dtype=torch.float64)
         return (data @ w).relu().mean() + 0.1 * (w**2).sum(), {"w": w, "data": data}
 
     def two_leaves_one_add():
-        g = gen(5)
-        a = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
-        b = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+        a, b = _leaf((4,), 5), _leaf((4,), 50)
         return (a + b).sum(), {"a": a, "b": b}
 
     def unbind():
-        x = torch.randn(3, 2, generator=gen(6), dtype=torch.float64, requires_grad=True)
+        x = _leaf((3, 2), 6)
         u, v, _ = x.exp().unbind(0)
         return (u * v.sin()).sum(), {"x": x}
 
@@ -428,19 +283,21 @@ def _sweep_graphs() -> list[tuple[str, object]]:
         net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).double()
         for p in net.parameters():
             p.grad = torch.full_like(p, 0.5)
-        batch = torch.randn(6, 4, generator=gen(8), dtype=torch.float64)
+        batch = torch.randn(6, 4, generator=seeded(8), dtype=torch.float64)
         return net(batch).pow(2).mean(), dict(net.named_parameters())
 
     def deep():
-        x = torch.randn(2, generator=gen(9), dtype=torch.float64, requires_grad=True)
-        h = x
+        x = h = _leaf((2,), 9)
         for _ in range(3000):
             h = h * 1.0001
         return h.sum(), {"x": x}
 
     return [
-        ("x.exp().sin().sum()", chain),
-        ("(w * w).sum()  (one leaf used twice by one node)", square),
+        ("x.exp().sin().sum()", lambda: (lambda x: (x.exp().sin().sum(), {"x": x}))(_leaf((4,), 1))),
+        (
+            "(w * w).sum()  (one leaf used twice by one node)",
+            lambda: (lambda w: ((w * w).sum(), {"w": w}))(_leaf((3,), 2)),
+        ),
         ("h = x.exp(); (h.sin() + h.cos() * h).sum()  (h feeds three nodes, along paths of different length)", diamond),
         (
             "(data @ w).relu().mean() + 0.1 * (w ** 2).sum()  (data needs no grad; w is reached along two paths)",
@@ -494,7 +351,6 @@ def _ready_order(output: torch.Tensor, order: str) -> list:
 
 def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=True) -> None:
     """A reverse sweep; the keyword arguments switch on typical mistakes (used for the hints)."""
-    _not_while_learner_runs("autogradlab.checks.ch01._sweep")
     grads = {output.grad_fn: [torch.ones_like(output)]}
     with torch.no_grad():
         for node in _ready_order(output, order):
@@ -520,110 +376,23 @@ _ORDER_HINT = (
     "count reaches zero (a topological order); a plain DFS or BFS over next_functions is not enough."
 )
 
-SWEEP_MISTAKES = [
-    (_ORDER_HINT, {"order": "bfs"}),
-    (_ORDER_HINT, {"order": "dfs"}),
+SWEEP_MISTAKES = (  # (id, hint, the slip as options of _sweep)
+    ("order", _ORDER_HINT, {"order": "bfs"}),
+    ("order", _ORDER_HINT, {"order": "dfs"}),
     (
+        "not-summed",
         "a node that receives gradients along several edges kept only one of them: sum every gradient that "
         "arrives for the same (node, input_nr) before calling the node.",
         {"sum_": False},
     ),
     (
-        "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds "
-        "(here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the "
-        "AccumulateGrad node itself, which does that.",
+        "overwrote-grad",
+        "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds (here 0.5 from "
+        "an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the AccumulateGrad "
+        "node itself, which does that.",
         {"accumulate": False},
     ),
-]
-
-
-def _leaf_report(leaves: dict, reference: dict) -> list[str]:
-    wrong = []
-    for name, leaf in leaves.items():
-        got, right = leaf.grad, reference[name]
-        if (got is None) != (right is None):
-            wrong.append(name)
-        elif got is not None and (
-            got.shape != right.shape or not torch.allclose(got.double(), right.double(), rtol=1e-7, atol=1e-9)
-        ):
-            wrong.append(name)
-    return wrong
-
-
-def _grads_after(build, sweep) -> dict:
-    output, leaves = build()
-    sweep(output)
-    return {name: (None if t.grad is None else t.grad.detach().clone()) for name, t in leaves.items()}
-
-
-def _overlapping(t: torch.Tensor) -> bool:
-    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
-
-
-def check_reverse_sweep(reverse_sweep) -> None:
-    """Check ``reverse_sweep(output)``: what ``output.backward()`` leaves in ``.grad``, with the engine switched off.
-
-    Every node must run once (counted by saved-tensor hooks), the leaves' ``.grad`` must
-    match a real ``backward()`` on the same graph (including ``.grad`` that was there before),
-    carry no graph of their own, and not share memory with each other.
-
-    >>> try:
-    ...     check_reverse_sweep(lambda output: output.backward())
-    ... except ExerciseError as error:
-    ...     print(str(error).splitlines()[0])
-    `reverse_sweep` called `backward()` on x.exp().sin().sum().
-    """
-    graphs = _sweep_graphs()
-    for label, build in graphs:
-        reference = _grads_after(build, lambda out: out.backward())
-        counter = _CountUnpacks()
-        with counter.hooks():
-            output, leaves = build()
-        values = {name: leaf.detach().clone() for name, leaf in leaves.items()}
-        with engine_off() as used, _learner_call():
-            try:
-                call_learner(reverse_sweep, (output,), "reverse_sweep", label)
-            except ExerciseError as error:
-                reference_used = _reference_hint(error, "reverse_sweep", label)
-                if reference_used:
-                    raise reference_used from None
-                raise ExerciseError(_sweep_error_hint(str(error), used, label)) from None
-        changed = [name for name, leaf in leaves.items() if not torch.equal(leaf.detach(), values[name])]
-        if changed:
-            raise ExerciseError(
-                f"Your sweep changed the values of {changed[0]} on {label}.\nHint: backward() only "
-                "writes .grad; the leaves themselves (parameters, inputs) stay as they are."
-            )
-        if used:
-            raise ExerciseError(_engine_hint(used, label))
-        twice = [n for n in counter.counts if n > 1]
-        if twice:
-            raise ExerciseError(
-                f"A node ran {max(twice)} times in your sweep on {label} (a tensor it saved was read {max(twice)} "
-                "times; backward() runs every node exactly once).\nHint: do not call a node once per edge that "
-                "reaches it; collect (sum) all its gradients first, then call it once."
-            )
-        wrong = _leaf_report(leaves, reference)
-        if wrong:
-            raise ExerciseError(_wrong_grads_message(build, leaves, reference, wrong, label))
-        for name, leaf in leaves.items():
-            g = leaf.grad
-            if g is not None and (g.requires_grad or g.grad_fn is not None):
-                raise ExerciseError(
-                    f"{name}.grad carries a graph of its own (grad_fn={type(g.grad_fn).__name__}) after your sweep "
-                    f"on {label}.\nHint: calling a node with grad mode on records the backward computation, as "
-                    "backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad()."
-                )
-        _check_no_shared_grads(leaves, label)
-    passed(f"reverse_sweep matches backward() on {len(graphs)} graphs: each node ran once, every leaf's .grad is right")
-
-
-def _sweep_error_hint(message: str, used: list[str], label: str) -> str:
-    if used:
-        return _engine_hint(used, label)
-    hint = hint_for(message, _SWEEP_ERROR_HINTS)
-    return f"{message}\nHint: {hint}" if hint else message
-
+)
 
 _SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
     "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
@@ -640,55 +409,127 @@ _SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in 
     "(AccumulateGrad returns ()): normalise before zipping with next_functions.",
 }
 
+_ENGINE_OFF = OffLimits(
+    autograd=True,
+    course=_OWN_ANSWERS,
+    why="this exercise rebuilds what backward() does, so the engine is switched off here: call each node "
+    "yourself, `node(*grads)`, in a valid order.",
+)
 
-def _engine_hint(used: list[str], label: str) -> str:
-    return (
-        f"`reverse_sweep` called {used[0]} on {label}.\nHint: this exercise rebuilds what backward() does, so "
-        "the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order."
-    )
+
+def _grads_after(build, sweep) -> dict:
+    output, leaves = build()
+    sweep(output)
+    return {name: (None if t.grad is None else t.grad.detach().clone()) for name, t in leaves.items()}
 
 
-def _wrong_grads_message(build, leaves, reference, wrong, label) -> str:
-    name = wrong[0]
-    got, right = leaves[name].grad, reference[name]
-    head = f"After your sweep on {label}, {name}.grad is wrong"
-    if right is None:
-        return f"{head}: backward() leaves it None (it needs no gradient), you set it."
-    if got is None:
-        return (
-            f"{head}: it is None, but backward() gives it a gradient.\nHint: every leaf that requires grad is "
-            "reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient "
-            "into `.grad` (or call the AccumulateGrad node)."
+def _same_grads(leaves: dict, reference: dict) -> list[str]:
+    """The names whose ``.grad`` differs from ``reference`` (None where it is None, else the same values)."""
+    return [name for name, leaf in leaves.items() if not close(leaf.grad, reference[name])]
+
+
+def check_reverse_sweep(reverse_sweep) -> None:
+    """Check ``reverse_sweep(output)``: what ``output.backward()`` leaves in ``.grad``, with the engine switched off.
+
+    Every node must run once (counted by saved-tensor hooks), the leaves' ``.grad`` must match a
+    real ``backward()`` on the same graph (including ``.grad`` that was there before), carry no
+    graph of their own, and not share memory with each other.
+
+    >>> try:
+    ...     check_reverse_sweep(lambda output: output.backward())
+    ... except ExerciseError as error:
+    ...     print(error.kind, error.mistake)
+    off-limits `backward()`
+    """
+    learner = LearnerCall(reverse_sweep, "reverse_sweep", _ENGINE_OFF, _SWEEP_ERROR_HINTS)
+    graphs = _sweep_graphs()
+    for label, build in graphs:
+        reference = _grads_after(build, lambda out: out.backward())
+        runs = NodeRuns()
+        with runs.recording():
+            output, leaves = build()
+        values = {name: leaf.detach().clone() for name, leaf in leaves.items()}
+        learner.on(label)(output)
+        _check_sweep(label, build, leaves, values, runs.most, reference)
+    passed(f"reverse_sweep matches backward() on {len(graphs)} graphs: each node ran once, every leaf's .grad is right")
+
+
+def _check_sweep(label, build, leaves, values, most_runs, reference) -> None:
+    """What a sweep must leave behind: the leaves unchanged, each node run once, the right ``.grad``, no graph, no sharing."""
+    if any(not torch.equal(leaf.detach(), values[name]) for name, leaf in leaves.items()):
+        raise ExerciseError(
+            "changed-input",
+            f"Your sweep changed the values of a leaf on {label}.",
+            hint="backward() only writes .grad; the leaves themselves (parameters, inputs) stay as they are.",
         )
-    head += f" (max |error| {float((got.double() - right.double()).abs().max()):.3g})"
-    for hint, flags in SWEEP_MISTAKES:
-        mistaken = _grads_after(build, lambda out: _sweep(out, **flags))
-        if not _leaf_report(leaves, mistaken):
-            return f"{head}.\nHint: {hint}"
-    return (
-        f"{head}.\nHint: check that a node runs only after every node that feeds it has run, and that gradients "
-        "arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward()."
-    )
-
-
-def _check_no_shared_grads(leaves: dict, label: str) -> None:
+    if most_runs > 1:
+        raise ExerciseError(
+            "contract",
+            f"A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} "
+            "times; backward() runs every node exactly once).",
+            hint="do not call a node once per edge that reaches it; collect (sum) all its gradients first, then call it once.",
+            mistake="node-ran-twice",
+        )
+    wrong = _same_grads(leaves, reference)
+    if wrong:
+        raise _wrong_grads(label, build, leaves, reference, wrong[0])
     owners: dict[int, str] = {}
     for name, leaf in leaves.items():
         g = leaf.grad
         if g is None:
             continue
-        if _overlapping(g):
+        if g.requires_grad:
             raise ExerciseError(
-                f"{name}.grad after your sweep on {label} is an expanded view (strides {g.stride()}): many "
-                "elements share one memory location, so in-place updates such as clip_grad_norm_ fail on it.\n"
-                "Hint: backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or "
-                "store a clone."
+                "contract",
+                f"{name}.grad carries a graph of its own (grad_fn={g.grad_fn and g.grad_fn.name()}) after your sweep on {label}.",
+                hint="calling a node with grad mode on records the backward computation, as "
+                "backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad().",
+                mistake="grad-has-graph",
+            )
+        if any(stride == 0 and size > 1 for stride, size in zip(g.stride(), g.shape)):
+            raise ExerciseError(
+                "contract",
+                f"{name}.grad after your sweep on {label} is an expanded view (strides {g.stride()}): many elements "
+                "share one memory location, so in-place updates such as clip_grad_norm_ fail on it.",
+                hint="backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or store a clone.",
+                mistake="expanded-grad",
             )
         ptr = g.untyped_storage().data_ptr()
         if ptr in owners:
             raise ExerciseError(
+                "contract",
                 f"{owners[ptr]}.grad and {name}.grad are the same memory after your sweep on {label}: a node "
-                "(AddBackward0 here) can return one tensor for several inputs, and you stored it twice.\nHint: "
-                "an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone."
+                "(AddBackward0 here) can return one tensor for several inputs, and you stored it twice.",
+                hint="an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone.",
+                mistake="shared-grad",
             )
         owners[ptr] = name
+
+
+def _wrong_grads(label, build, leaves, reference, name) -> ExerciseError:
+    got, right = leaves[name].grad, reference[name]
+    head = f"After your sweep on {label}, {name}.grad is wrong"
+    if right is None:
+        return ExerciseError(
+            "value", f"{head}: backward() leaves it None (it needs no gradient), you set it.", mistake="grad-set"
+        )
+    if got is None:
+        return ExerciseError(
+            "value",
+            f"{head}: it is None, but backward() gives it a gradient.",
+            hint="every leaf that requires grad is reached through an AccumulateGrad node: its `.variable` is the "
+            "leaf; add the arriving gradient into `.grad` (or call the AccumulateGrad node).",
+            mistake="grad-missing",
+        )
+    measured = {"max_abs_error": float((got.double() - right.double()).abs().max())}
+    head += f" (max |error| {measured['max_abs_error']:.3g})."
+    for mistake, hint, options in SWEEP_MISTAKES:
+        if not _same_grads(leaves, _grads_after(build, lambda out, options=options: _sweep(out, **options))):
+            return ExerciseError("value", head, hint=hint, mistake=mistake, measured=measured)
+    return ExerciseError(
+        "value",
+        head,
+        hint="check that a node runs only after every node that feeds it has run, and that gradients arriving for "
+        "the same (node, input_nr) are summed. Print each node and what arrives, next to backward().",
+        measured=measured,
+    )
