@@ -3,6 +3,7 @@ corrected one; correct steps of several kinds give no warnings; observing change
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -733,3 +734,64 @@ def test_clip_before_unscale_estimates_adams_first_update(n):
     assert estimate == pytest.approx(wrong / right, abs=0.02)
     assert "Adam divides by √v + eps" in message
     assert {100: 0.87, 1000: 0.51}[n] == pytest.approx(estimate, abs=0.03)
+
+
+# ---------------------------------------------------------------------------- GradScaler calibration (errata 09.1, issue 24)
+
+
+def fp16_scaler_run(init_scale: float, n_batches: int, growth_interval: int = 5, nan_backward: bool = False) -> Any:
+    """Chapter 08's scaler set-up (the cpu-small MLP and data, fp16 autocast, SGD 0.05); ``nan_backward`` adds a
+    term whose value is 0 but whose backward is inf · 0 = NaN (sqrt at 0): the loss stays finite."""
+    from autogradlab.models.experiments.common import mlp
+
+    model = mlp([32, 32, 32], torch.device("cpu"), seed=0)
+    gen = torch.Generator().manual_seed(1)
+    batch = (torch.randn(32, 32, generator=gen), torch.randn(32, 32, generator=gen))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+
+    def step(b):
+        x, y = b
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x).float()
+        loss = F.mse_loss(out, y)
+        if nan_backward:
+            loss = loss + 0.0 * (out - out.detach()).pow(2).sum().sqrt()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return diagnose(step, model, opt, [batch] * n_batches, scaler=scaler)
+
+
+@pytest.mark.parametrize("init_scale, n_batches", [(2.0**24, 3), (2.0**40, 6)])
+def test_a_scaler_that_starts_high_is_still_calibrating_not_an_error(init_scale, n_batches):
+    """Chapter 08's own set-up over the 3 batches the chapters recommend: every step skipped, the loss finite."""
+    report = fp16_scaler_run(init_scale, n_batches)
+    (finding,) = report["amp-step-skipped"]
+    assert report.ok and finding.severity == "info" and "still calibrating" in finding.message
+    assert all(math.isfinite(loss) for loss in report.losses)
+
+
+def test_skips_after_the_scale_grew_are_calibration_too():
+    report = fp16_scaler_run(2.0**24, 12)  # backs off over 4 steps, grows after 5 clean ones, probes, backs off
+    assert [f.severity for f in report["amp-step-skipped"]] == ["info"] and report.ok
+
+
+def test_skips_that_go_on_below_the_floor_with_a_finite_loss_are_an_error():
+    """A backward that makes NaN itself: calibrating while the scale is high, an error once it falls below the floor."""
+    from autogradlab.models.doctor.findings import SCALE_FLOOR
+
+    early = fp16_scaler_run(SCALE_FLOOR * 4, 3, nan_backward=True)
+    assert [f.severity for f in early["amp-step-skipped"]] == ["info"]  # the documented blind spot
+    late = fp16_scaler_run(SCALE_FLOOR * 4, 6, nan_backward=True)
+    (finding,) = late["amp-step-skipped"]
+    assert finding.severity == "error" and "below" in finding.message and "not from an overflow" in finding.message
+    assert all(math.isfinite(loss) for loss in late.losses)
+
+
+def test_every_step_skipped_with_a_nan_loss_is_an_error_at_once():
+    (finding,) = amp_nan(False).diagnose()["amp-step-skipped"]
+    assert finding.severity == "error" and "loss itself" in finding.message

@@ -39,7 +39,7 @@ from autogradlab.models.doctor.findings import (
     Report,
     code_table,
 )
-from autogradlab.models.doctor.observe import Observer, graph_leaves
+from autogradlab.models.doctor.observe import Observer, graph_leaves, watch_scaler
 from autogradlab.models.doctor.rules import run_rules
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "CODES",
     "code_table",
     "graph_leaves",
+    "watch_scaler",
     "UPDATE_RATIO_HIGH",
     "UPDATE_RATIO_LOW",
 ]

@@ -28,6 +28,10 @@ UPDATE_RATIO_MIN_NUMEL = 16
 # An update counts as undone when a write after optimizer.step() leaves less than this
 # fraction of the step's change (‖θ_end − θ_before‖ ≤ UNDONE_FRACTION · ‖θ_after − θ_before‖).
 UNDONE_FRACTION = 0.01
+# A GradScaler still skipping at a scale below this is not calibrating: a true gradient would have
+# to exceed fp16's 65504 / 256 ≈ 256 in some intermediate, while a backward that makes inf/NaN
+# itself (sqrt, log or a division at 0) keeps skipping at any scale, 1 and below included.
+SCALE_FLOOR = 2.0**8
 
 
 @dataclass(frozen=True)
@@ -137,10 +141,13 @@ CODES: dict[str, Code] = {
     ),
     "amp-step-skipped": Code(
         "warning",
-        "the GradScaler skipped optimizer steps because scaled gradients held inf/NaN",
-        "skips in every step: find the NaN in the inputs, forward or loss (detect_anomaly); a few skips "
-        "while the scale adapts are normal; frequent skips: lower the learning rate or find the overflowing op",
-        "only a GradScaler passed as scaler= and used through scaler.step(optimizer) is observed",
+        "the GradScaler skipped optimizer steps because scaled gradients held inf/NaN; skips while the scale backs "
+        "off from its start, or right after it grew, with a finite loss, are its normal calibration (info)",
+        "every step skipped with a NaN/inf loss, or still skipped at a scale below the floor: find the inf/NaN in "
+        "the inputs, forward or loss (detect_anomaly); still calibrating: observe more steps; skips at a scale "
+        "that worked before: lower the learning rate or find the overflowing op",
+        "only a GradScaler passed as scaler= and used through scaler.step(optimizer) is observed; a backward that "
+        f"makes inf/NaN with a finite loss looks like calibration until the scale falls below {SCALE_FLOOR:g}",
     ),
     "clip-before-unscale": Code(
         "error",

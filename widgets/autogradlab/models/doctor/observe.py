@@ -18,11 +18,14 @@ and every wrapped function restored, also when the step raised.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -73,6 +76,31 @@ def graph_leaves(output: Any) -> list[torch.Tensor]:
             leaf_ids.add(id(variable))
             leaves.append(variable)
     return leaves
+
+
+def watch_scaler(scaler: Any, around: dict[str, Callable[..., Any]]) -> contextlib.ExitStack:
+    """Route calls of some of ``scaler``'s methods through ``around[name](original, *args, **kwargs)``, for this
+    one object, until the returned context exits (``with watch_scaler(...):``).
+
+    GradScaler has no hooks (an optimizer has ``register_step_pre_hook``/``register_step_post_hook``:
+    use those), so this is the one place that wraps a scaler's methods: the doctor's observer and the
+    checkers' call log both use it. Instance attributes shadow the class's methods and are removed on
+    exit (``mock.patch.object``), also when a wrapper is already there.
+
+    >>> scaler, seen = torch.amp.GradScaler("cpu"), []
+    >>> def logged(original, *args, **kwargs):
+    ...     seen.append("get_scale")
+    ...     return original(*args, **kwargs)
+    >>> with watch_scaler(scaler, {"get_scale": logged}):
+    ...     scaler.get_scale()
+    65536.0
+    >>> seen, "get_scale" in vars(scaler)
+    (['get_scale'], False)
+    """
+    stack = contextlib.ExitStack()
+    for name, wrapper in around.items():
+        stack.enter_context(mock.patch.object(scaler, name, functools.partial(wrapper, getattr(scaler, name))))
+    return stack
 
 
 def _clip_factor(total_norm: Any, max_norm: Any, scale: float) -> float | None:
@@ -534,16 +562,11 @@ class Observer:
         self._restore.append(lambda: setattr(torch.autograd, "backward", original))
 
     def _wrap_scaler_step(self) -> None:
-        scaler = self.scaler
-        had_own = "step" in vars(scaler)
-        original_own = vars(scaler).get("step")
-        original = scaler.step
-
-        def step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        def step(original: Callable, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
             current = self._current
             if current is None:
                 return original(optimizer, *args, **kwargs)
-            scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
+            scale = float(self.scaler.get_scale()) if self.scaler.is_enabled() else 1.0
             calls = current.opt_step_calls
             result = original(optimizer, *args, **kwargs)
             known = any(optimizer is o for o in self.optimizers)
@@ -555,15 +578,9 @@ class Observer:
                             self._stepped_since_grad[id(p)] = True
             return result
 
-        scaler.step = step
-
-        def restore() -> None:
-            if had_own:
-                scaler.step = original_own
-            else:
-                del scaler.step
-
-        self._restore.append(restore)
+        watching = watch_scaler(self.scaler, {"step": step})
+        watching.__enter__()
+        self._restore.append(lambda: watching.__exit__(None, None, None))
 
     # ------------------------------------------------------------------ one step
 

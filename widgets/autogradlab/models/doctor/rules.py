@@ -7,13 +7,14 @@ about several parameters with the same cause are grouped into one.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
-from autogradlab.models.doctor.findings import UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
+from autogradlab.models.doctor.findings import SCALE_FLOOR, UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
 from autogradlab.models.doctor.observe import MODE_MODULES, Observer, StepLog
 
 
@@ -448,40 +449,72 @@ def update_ratio_low(obs: Observer) -> list[Finding]:
 
 
 def amp_step_skipped(obs: Observer) -> list[Finding]:
-    history = [(s.index, skipped, scale) for s in obs.steps for skipped, scale in s.scaler_steps]
+    """Skips that are GradScaler's calibration (info) told from skips that are trouble (error, warning).
+
+    Calibration: the scale backs off from its start before any step was applied, or a skip comes right after
+    the scale grew past the last scale that worked, with a finite loss. Trouble: a non-finite loss, a skip at
+    a scale below :data:`SCALE_FLOOR`, or a skip at a scale that worked before.
+    """
+    history = [(s.index, skipped, scale, s.loss) for s in obs.steps for skipped, scale in s.scaler_steps]
     skips = [h for h in history if h[1]]
     if not skips:
         return []
     n, total = len(skips), len(history)
-    scales = f"scale {history[0][2]:g} → {history[-1][2]:g}"
-    first_ok = next((i for i, h in enumerate(history) if not h[1]), None)
-    nan_loss = sum(1 for s in obs.steps if s.loss is not None and s.loss != s.loss)
-    loss_note = f"; the loss itself was NaN in {nan_loss} step(s)" if nan_loss else ""
-    if n == total:
+    scales = f"scale {history[0][2]:g} → {obs.scaler.get_scale():g}"
+    bad_loss = [i for i, _, _, loss in skips if loss is not None and not math.isfinite(loss)]
+    low = [i for i, _, scale, _ in skips if scale < SCALE_FLOOR]
+    loss_note = f"; the loss itself was inf/NaN in {_steps(bad_loss)}" if bad_loss else ""
+    if n == total and (bad_loss or low):
+        evidence = (
+            f"the loss itself is inf/NaN in {_steps(bad_loss)}"
+            if bad_loss
+            else f"the gradients stay inf/NaN at a scale below {SCALE_FLOOR:g}"
+        )
         return [
             Finding(
                 "amp-step-skipped",
                 "error",
                 "scaler.step()",
-                f"the GradScaler skipped all {total} optimizer steps ({scales}): gradients stay inf/NaN as the scale "
-                f"falls, so the cause is the forward or the loss, not an overflow{loss_note}",
+                f"the GradScaler skipped all {total} optimizer steps ({scales}) and {evidence}: the inf/NaN comes from "
+                "the inputs, the forward or the loss, not from an overflow of the scaled gradients",
             )
         ]
-    if first_ok is not None and all(h[1] for h in history[:first_ok]) and not any(h[1] for h in history[first_ok:]):
+    worked: float | None = None  # the last scale at which a step was applied
+    trouble = []
+    for i, skipped, scale, _ in history:
+        if not skipped:
+            worked = scale
+        elif i in bad_loss or scale < SCALE_FLOOR or (worked is not None and scale <= worked):
+            trouble.append(i)
+    if trouble:
+        return [
+            Finding(
+                "amp-step-skipped",
+                "warning",
+                "scaler.step()",
+                f"the GradScaler skipped {len(trouble)} of {total} optimizer steps at a scale that had worked before "
+                f"({_steps(trouble)}; {scales}){loss_note}",
+            )
+        ]
+    if n == total:
+        more = max(1, math.ceil(math.log2(obs.scaler.get_scale() / SCALE_FLOOR)))
         return [
             Finding(
                 "amp-step-skipped",
                 "info",
                 "scaler.step()",
-                f"the GradScaler skipped the first {n} of {total} steps while the scale calibrated ({scales}): normal",
+                f"the GradScaler skipped all {total} steps while its scale backed off from its start ({scales}) with a "
+                f"finite loss: it is still calibrating, no update was applied yet. Observe more steps (up to {more} more "
+                f"before the scale falls below {SCALE_FLOOR:g}): only skips that go on past that are a fault",
             )
         ]
     return [
         Finding(
             "amp-step-skipped",
-            "warning",
+            "info",
             "scaler.step()",
-            f"the GradScaler skipped {n} of {total} optimizer steps ({_steps(h[0] for h in skips)}; {scales}){loss_note}",
+            f"the GradScaler skipped {n} of {total} steps ({_steps(h[0] for h in skips)}; {scales}) while the scale "
+            "calibrated (backing off from its start, or probing after it grew) with a finite loss: normal",
         )
     ]
 
@@ -501,8 +534,8 @@ def _clip_effect(obs: Observer) -> str:
         )
     if factors and all(isinstance(o, torch.optim.SGD) for o in obs.optimizers):
         return (
-            f" SGD moves by the gradient it receives, which is {factors[0]:.2g}× the right one (step 1); an update "
-            "that small often does not even change a float32 weight: training all but stops"
+            f" SGD moves by the gradient it receives, which is {factors[0]:.2g}× the right one (step 1): every "
+            "update shrinks by that factor"
         )
     if factors:
         return f" The optimizer receives gradients {factors[0]:.2g}× the right ones (step 1)"
