@@ -18,10 +18,13 @@ def item(dtype):
     return torch.empty((), dtype=dtype).element_size()
 
 
-def rejected(call, hint):
+def rejected(call, mistake, kind=None):
+    """The check raises, names ``mistake`` (and ``kind`` when given), and gives a hint."""
     with pytest.raises(ExerciseError) as info:
         call()
-    assert hint in str(info.value), str(info.value)
+    error = info.value
+    assert error.mistake == mistake and error.hint, (error.kind, error.mistake, str(error))
+    assert kind is None or error.kind == kind, error.kind
 
 
 # --- Exercise 1 ------------------------------------------------------------------------------
@@ -58,23 +61,66 @@ def test_right_activation_storages_pass(answer, capsys):
     assert capsys.readouterr().out.startswith("✓")
 
 
+def measured_inside(b, sizes, dtype, activation):
+    """Cell 7 pasted into the answer: run a real make_mlp and measure it with hooks (errata §5a)."""
+    saved = {}
+    act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "gelu": torch.nn.GELU}[activation]
+    layers = [m for i, o in zip(sizes, sizes[1:]) for m in (torch.nn.Linear(i, o, dtype=dtype), act())][:-1]
+    model = torch.nn.Sequential(*layers)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            saved.setdefault(ptr, t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.randn(b, sizes[0], dtype=dtype)).pow(2).mean()
+    return list(saved.values())
+
+
+def measured_with_course_code(b, sizes, dtype, activation):
+    from autogradlab.checks.ch04 import measured_activation_storages
+
+    return measured_activation_storages(b, sizes, dtype, activation)
+
+
+def measured_by_reading_the_graph(b, sizes, dtype, activation):
+    """No hooks: run the model and read the saved tensors off the graph (there is none to read: inference mode)."""
+    from autogradlab.graph import capture
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(i, o, dtype=dtype) for i, o in zip(sizes, sizes[1:])])
+    graph = capture(model(torch.randn(b, sizes[0], dtype=dtype)).pow(2).mean())
+    return [s.nbytes for n in graph.nodes for s in n.saved]
+
+
 WRONG_STORAGES = {
-    "the old total": (lambda b, s, d, a: sum(right(b, s, d, a)), "return a list"),
-    "GELU like ReLU": (lambda b, s, d, a: right(b, s, d, "relu"), "GELU's derivative needs its input"),
-    "every activation like GELU": (lambda b, s, d, a: right(b, s, d, "gelu"), "one storage per hidden layer"),
-    "no input": (lambda b, s, d, a: right(b, s, d, a)[1:], "the input batch is the first storage"),
-    "no output": (lambda b, s, d, a: right(b, s, d, a)[:-1], "the final output is the last storage"),
-    "elements": (lambda b, s, d, a: [n // item(d) for n in right(b, s, d, a)], "multiply by the element size"),
-    "always 4 bytes": (lambda b, s, d, a: [n // item(d) * 4 for n in right(b, s, d, a)], "float64 takes 8"),
-    "per example": (lambda b, s, d, a: [n // b for n in right(b, s, d, a)], "multiply by the batch size"),
-    "reordered": (lambda b, s, d, a: list(reversed(right(b, s, d, a))), "The totals agree, the storages do not"),
+    "the old total": (lambda b, s, d, a: sum(right(b, s, d, a)), "total"),
+    "GELU like ReLU": (lambda b, s, d, a: right(b, s, d, "relu"), "gelu-like-relu"),
+    "every activation like GELU": (lambda b, s, d, a: right(b, s, d, "gelu"), "relu-like-gelu"),
+    "no input": (lambda b, s, d, a: right(b, s, d, a)[1:], "no-input"),
+    "no output": (lambda b, s, d, a: right(b, s, d, a)[:-1], "no-output"),
+    "elements": (lambda b, s, d, a: [n // item(d) for n in right(b, s, d, a)], "elements"),
+    "always 4 bytes": (lambda b, s, d, a: [n // item(d) * 4 for n in right(b, s, d, a)], "always-4-bytes"),
+    "per example": (lambda b, s, d, a: [n // b for n in right(b, s, d, a)], "per-example"),
+    "reordered": (lambda b, s, d, a: list(reversed(right(b, s, d, a))), "same-total"),
+    "measures with hooks inside": (measured_inside, "`saved_tensors_hooks`"),
+    "calls the course's measurement": (measured_with_course_code, "`saved_tensors_hooks`"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_STORAGES)
 def test_wrong_activation_storages_are_named(name):
-    answer, hint = WRONG_STORAGES[name]
-    rejected(lambda: check_saved_activation_bytes(answer), hint)
+    answer, mistake = WRONG_STORAGES[name]
+    rejected(lambda: check_saved_activation_bytes(answer), mistake)
+
+
+def test_reading_the_graph_inside_the_answer_finds_no_graph():
+    with pytest.raises(ExerciseError) as info:
+        check_saved_activation_bytes(measured_by_reading_the_graph)
+    assert info.value.kind == "off-limits" and info.value.hint
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------
@@ -103,14 +149,14 @@ def optimal_other_spelling(h):
     return h
 
 
-def pow_in_place_is_fine(h):
+def pow_in_place(h):
     h = h.sin()
     h.mul_(3)
     h.exp_()
     h = h + 1
     h.tanh_()
     h = h / 2
-    h.pow_(2)  # allowed, saves nothing: autograd clones the input first
+    h.pow_(2)  # saves nothing: autograd clones the input first, and the spec asks for out of place (errata §5a)
     return h.sub_(0.5)
 
 
@@ -118,7 +164,7 @@ def test_the_rule_gives_four_in_place_steps():
     assert [n for n, ok in inplace_saves_memory().items() if ok] == ["mul", "exp", "tanh", "sub"]
 
 
-@pytest.mark.parametrize("answer", [optimal, optimal_other_spelling, pow_in_place_is_fine])
+@pytest.mark.parametrize("answer", [optimal, optimal_other_spelling])
 def test_optimal_chains_pass(answer, capsys):
     check_inplace_chain(answer)
     assert "allocates 4 new tensors for 8 steps" in capsys.readouterr().out
@@ -193,28 +239,102 @@ def missing_step(h):
     return h.sub_(0.5)
 
 
+def data_add_then_tanh(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h.data.add_(1)  # exp saved this output; .data hides the change, then tanh_ bumps the version (errata §5c)
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
+
+
+def detach_div(h):
+    h = h.sin()
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h.detach().div_(2)  # detach() shares tanh's saved output and its version counter (errata §5c)
+    h = h**2
+    return h.sub_(0.5)
+
+
+def clone_then_sin_(h):
+    h = h.clone()
+    h.sin_()  # sin saves its input: autograd clones it again
+    h.mul_(3)
+    h.exp_()
+    h = h + 1
+    h.tanh_()
+    h = h / 2
+    h = h**2
+    return h.sub_(0.5)
+
+
+def under_no_grad(h):
+    with torch.no_grad():
+        return optimal(h)
+
+
 WRONG_CHAINS = {
-    "nothing in place": (all_out_of_place, "could overwrite its input and does not"),
-    "add_ after exp": (add_in_place_after_exp, "`exp`, saved its output"),
-    "div_ after tanh": (div_in_place_after_tanh, "`tanh`, saved its output"),
-    "sin_ on the caller's h": (sin_in_place, "changed its argument h"),
-    ".data": (through_data, "wrong gradient"),
-    "an extra copy": (extra_copy, "4 are enough"),
-    "a step missing": (missing_step, "computes a different value"),
+    "nothing in place": (all_out_of_place, "missed-in-place"),
+    "add_ after exp": (add_in_place_after_exp, "add-overwrites-saved"),
+    "div_ after tanh": (div_in_place_after_tanh, "div-overwrites-saved"),
+    "sin_ on the caller's h": (sin_in_place, None),
+    ".data": (through_data, "data"),
+    ".data.add_ then tanh_": (data_add_then_tanh, "data"),
+    "detach().div_": (detach_div, "detach"),
+    "pow_ in place": (pow_in_place, "in-place-saves-nothing"),
+    "sin_ on a clone": (clone_then_sin_, "in-place-saves-nothing"),
+    "an extra copy": (extra_copy, "extra-copy"),
+    "a step missing": (missing_step, None),
+    "no graph": (under_no_grad, "no_graph"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_CHAINS)
 def test_wrong_chains_are_named(name):
-    answer, hint = WRONG_CHAINS[name]
-    rejected(lambda: check_inplace_chain(answer), hint)
+    answer, mistake = WRONG_CHAINS[name]
+    with pytest.raises(ExerciseError) as info:
+        check_inplace_chain(answer)
+    assert info.value.mistake == mistake, (info.value.kind, info.value.mistake, str(info.value))
+    kinds = {"sin_ on the caller's h": "changed-input", "a step missing": "value"}
+    assert info.value.kind == kinds.get(name, info.value.kind) and (info.value.hint or name == "a step missing")
 
 
 # --- Exercise 3 ------------------------------------------------------------------------------
 
 
 def init_right(model):
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    params = dict(model.named_parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
+    return {
+        n: piece.view(p.shape)
+        for (n, p), piece in zip(params.items(), flat.split([p.numel() for p in params.values()]))
+    }
+
+
+def init_empty_and_copy(model):
+    """An alternative: one torch.empty buffer, each slice copied into as a view."""
+    params = list(model.named_parameters())
+    flat = torch.empty(sum(p.numel() for _, p in params))
+    ema, start = {}, 0
+    for name, p in params:
+        ema[name] = flat[start : start + p.numel()].view_as(p)
+        ema[name].copy_(p.detach())
+        start += p.numel()
+    return ema
+
+
+def init_parameters_to_vector(model):
+    flat = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    out, start = {}, 0
+    for name, p in model.named_parameters():
+        out[name] = flat[start : start + p.numel()].reshape(p.shape)
+        start += p.numel()
+    return out
 
 
 def update_right(ema, model, decay):
@@ -229,10 +349,19 @@ def update_lerp(ema, model, decay):
             ema[name].lerp_(p, 1 - decay)
 
 
-def test_right_ema_passes(capsys):
-    check_ema(init_right, update_right)
-    check_ema(lambda m: {n: torch.empty_like(p).copy_(p.detach()) for n, p in m.named_parameters()}, update_lerp)
-    assert capsys.readouterr().out.count("✓") == 2
+def update_foreach(ema, model, decay):
+    names = [n for n, _ in model.named_parameters()]
+    with torch.no_grad():
+        torch._foreach_lerp_([ema[n] for n in names], [p for _, p in model.named_parameters()], 1 - decay)
+
+
+@pytest.mark.parametrize(
+    "init, update",
+    [(init_right, update_right), (init_empty_and_copy, update_lerp), (init_parameters_to_vector, update_foreach)],
+)
+def test_right_ema_passes(init, update, capsys):
+    check_ema(init, update)
+    assert capsys.readouterr().out.startswith("✓")
 
 
 def update_data(ema, model, decay):
@@ -259,22 +388,41 @@ def update_moves_the_model(ema, model, decay):
             p.copy_(ema[name])
 
 
+def update_a_cat_copy(ema, model, decay):
+    with torch.no_grad():
+        flat = torch.cat([e.reshape(-1) for e in ema.values()])  # a new tensor, not the buffer
+        flat.lerp_(torch.cat([p.reshape(-1) for p in model.parameters()]), 1 - decay)
+
+
+def update_without_no_grad(ema, model, decay):
+    for name, p in model.named_parameters():
+        ema[name].mul_(decay).add_(p, alpha=1 - decay)
+
+
 WRONG_EMA = {
-    "aliased by detach": (lambda m: {n: p.detach() for n, p in m.named_parameters()}, update_right, "detach().clone()"),
-    "clone stays in the graph": (
+    "aliased by detach": (lambda m: {n: p.detach() for n, p in m.named_parameters()}, update_right, "shares-model"),
+    "one clone per parameter": (
+        lambda m: {n: p.detach().clone() for n, p in m.named_parameters()},
+        update_right,
+        "separate-storages",
+    ),
+    "the buffer stays in the graph": (
         lambda m: {n: p.clone() for n, p in m.named_parameters()},
         update_right,
-        "part of autograd",
+        "in-graph",
     ),
-    "update through .data": (init_right, update_data, "version counter did not move"),
+    "split without the shape": (lambda m: {n: v.reshape(-1) for n, v in init_right(m).items()}, update_right, "values"),
+    "update through .data": (init_right, update_data, "through-data"),
     "rebinds the dict entries": (init_right, update_rebinds, "replaced"),
-    "decay swapped": (init_right, update_swapped, "decay weighs the old average"),
-    "writes the average into the model": (init_right, update_moves_the_model, "changed the model's parameter"),
-    "a list, not a dict": (lambda m: [p.detach().clone() for p in m.parameters()], update_right, "dict keyed"),
+    "decay swapped": (init_right, update_swapped, "decay-swapped"),
+    "writes the average into the model": (init_right, update_moves_the_model, "moved-model"),
+    "updates a torch.cat copy": (init_right, update_a_cat_copy, "updated-a-copy"),
+    "update records a graph": (init_right, update_without_no_grad, None),  # PyTorch raises: a hint explains it
+    "a list, not a dict": (lambda m: [p.detach().clone() for p in m.parameters()], update_right, "not-a-dict"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_EMA)
 def test_wrong_ema_is_named(name):
-    init, update, hint = WRONG_EMA[name]
-    rejected(lambda: check_ema(init, update), hint)
+    init, update, mistake = WRONG_EMA[name]
+    rejected(lambda: check_ema(init, update), mistake)

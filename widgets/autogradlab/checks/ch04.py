@@ -1,33 +1,42 @@
 """Checkers for chapter 04 (saved tensors, version counters and memory).
 
-1. ``check_saved_activation_bytes``: predict, storage by storage, the activations an MLP
-   saves for backward with ReLU, tanh or GELU (checked against a ``saved_tensors_hooks``
-   measurement of the real model).
-2. ``check_inplace_chain``: make a chain of ops in place wherever backward allows it, and
-   nowhere else (gradients checked, in-place ops counted with a dispatch mode).
-3. ``check_ema``: keep an exponential moving average of a model's parameters: a snapshot
-   that shares no memory, updated in place under ``torch.no_grad()`` so version counters move.
+1. ``check_saved_activation_bytes``: predict, storage by storage, the activations an MLP saves for
+   backward with ReLU, tanh or GELU (against a ``SavedBytes`` measurement; measuring inside the answer is off limits).
+2. ``check_inplace_chain``: a chain of ops in place wherever that saves an allocation and backward allows it,
+   and nowhere else (gradients checked, ops counted by a dispatch mode).
+3. ``check_ema``: an exponential moving average kept as views of one flat buffer, updated in place under
+   ``torch.no_grad()`` so the version counter moves.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from autogradlab.checks.core import ExerciseError, call_learner, passed
-from autogradlab.models.fixtures import make_mlp, mlp_loss, saved_storages
-from autogradlab.torch_internals import TorchDispatchMode, version
+from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, OffLimits, Routine, compare, passed
+from autogradlab.graph.saved_bytes import SavedBytes, storage_key
+from autogradlab.models.fixtures import make_mlp, mlp_loss
+from autogradlab.torch_internals import TorchDispatchMode, TorchFunctionMode, version
+from autogradlab.tracebacks import error_kind, is_kind
 
 # --- Exercise 1: the saved activations of an MLP, storage by storage --------------------------
 
 
 def measured_activation_storages(batch_size: int, sizes: list[int], dtype: torch.dtype, activation: str) -> list[int]:
     """Bytes of each activation storage the MLP saves for backward, in forward order (measured)."""
-    model = make_mlp(sizes, dtype, activation=activation)
-    x = torch.randn(batch_size, sizes[0], dtype=dtype)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    _, storages = saved_storages(lambda: mlp_loss(model, x), exclude=params)
-    return list(storages.values())
+    with torch.random.fork_rng(devices=[]):
+        model = make_mlp(sizes, dtype, activation=activation)
+        x = torch.randn(batch_size, sizes[0], dtype=dtype)
+    with SavedBytes(exclude=model.parameters()) as saved:
+        mlp_loss(model, x)
+    return [stored.nbytes for stored in saved.storages.values()]
+
+
+PREDICT_DO_NOT_MEASURE = OffLimits(
+    no_graph=True,  # a model run inside the answer records no graph: there is nothing to measure
+    routines=(Routine(torch.autograd.graph.saved_tensors_hooks, "__enter__", "`saved_tensors_hooks`"),),
+    course=("autogradlab.graph", "autogradlab.models.fixtures"),
+    why="predict the list from what each op's derivative needs; running the model and measuring it is the checker's job, not the answer.",
+)
 
 
 def _item(dtype: torch.dtype) -> int:
@@ -39,50 +48,34 @@ def _relu_like(b, s, d):
 
 
 def _gelu_like(b, s, d):
-    hidden = [b * n * _item(d) for n in s[1:-1] for _ in (0, 1)]
-    return [b * s[0] * _item(d), *hidden, b * s[-1] * _item(d)]
+    return [b * s[0] * _item(d), *(b * n * _item(d) for n in s[1:-1] for _ in (0, 1)), b * s[-1] * _item(d)]
 
 
-def _per_activation(b, s, d, a):
+def _right(b, s, d, a):
     return (_gelu_like if a == "gelu" else _relu_like)(b, s, d)
 
 
-# (hint, the wrong list a learner with that misconception writes, or None where it does not apply)
-ACTIVATION_MISTAKES = [
-    (
-        "GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU "
-        "every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the "
-        "next Linear saves anyway, so there it is one.",
-        lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None,
+_STORAGE_HINTS = {
+    "gelu-like-relu": "GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the next Linear saves anyway, so there it is one.",
+    "relu-like-gelu": "ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
+    "no-input": "the first Linear saves its input x (the weight gradient is xᵀ·g): the input batch is the first storage.",
+    "no-output": "the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last storage.",
+    "elements": "count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
+    "always-4-bytes": "the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
+    "per-example": "activations are per example: multiply by the batch size.",
+}
+_STORAGE_SLIPS = {  # the list a learner with that misconception writes (None where it does not apply)
+    "gelu-like-relu": lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None,
+    "relu-like-gelu": lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None,
+    "no-input": lambda b, s, d, a: _right(b, s, d, a)[1:],
+    "no-output": lambda b, s, d, a: _right(b, s, d, a)[:-1],
+    "elements": lambda b, s, d, a: [n // _item(d) for n in _right(b, s, d, a)],
+    "always-4-bytes": lambda b, s, d, a: (
+        [n // _item(d) * 4 for n in _right(b, s, d, a)] if d != torch.float32 else None
     ),
-    (
-        "ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's "
-        "input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
-        lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None,
-    ),
-    (
-        "the first Linear saves its input x too (the weight gradient is xᵀ·g): the input batch is the first storage.",
-        lambda b, s, d, a: _per_activation(b, s, d, a)[1:],
-    ),
-    (
-        "the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last "
-        "storage.",
-        lambda b, s, d, a: _per_activation(b, s, d, a)[:-1],
-    ),
-    (
-        "count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
-        lambda b, s, d, a: [n // _item(d) for n in _per_activation(b, s, d, a)],
-    ),
-    (
-        "the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
-        lambda b, s, d, a: [n // _item(d) * 4 for n in _per_activation(b, s, d, a)] if d != torch.float32 else None,
-    ),
-    (
-        "activations are per example: multiply by the batch size.",
-        lambda b, s, d, a: [n // b for n in _per_activation(b, s, d, a)] if b != 1 else None,
-    ),
-]
-
+    "per-example": lambda b, s, d, a: [n // b for n in _right(b, s, d, a)] if b != 1 else None,
+}
+ACTIVATION_MISTAKES = tuple(Mistake(key, _STORAGE_HINTS[key], slip) for key, slip in _STORAGE_SLIPS.items())
 
 _ACTIVATION_CASES = [
     (3, [5, 7, 6, 2], torch.float64, "relu"),
@@ -94,21 +87,16 @@ _ACTIVATION_CASES = [
 ]
 
 
-def _as_int_list(got, label: str) -> list[int]:
-    if isinstance(got, torch.Tensor):
-        got = got.tolist()
+def _byte_list(got, label: str) -> list[int]:
+    got = got.tolist() if isinstance(got, torch.Tensor) else got
     if isinstance(got, (int, float)) and not isinstance(got, bool):
+        hint = "return a list with the bytes of each saved activation storage, in the order the forward pass creates them (the total alone can be right for the wrong reasons)."
         raise ExerciseError(
-            f"`saved_activation_bytes` returned one number ({got}) for {label}; return a list with the bytes of "
-            "each saved activation storage, in the order the forward pass creates them (the total alone can be "
-            "right for the wrong reasons)."
+            "type", f"`saved_activation_bytes` returned one number ({got}) for {label}.", hint=hint, mistake="total"
         )
-    if not isinstance(got, (list, tuple)) or not all(
-        isinstance(n, (int, float)) and not isinstance(n, bool) and float(n).is_integer() for n in got
-    ):
-        raise ExerciseError(
-            f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r} for {label}."
-        )
+    whole = lambda n: isinstance(n, (int, float)) and not isinstance(n, bool) and float(n).is_integer()
+    if not isinstance(got, (list, tuple)) or not all(whole(n) for n in got):
+        raise ExerciseError("type", f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r}.")
     return [int(n) for n in got]
 
 
@@ -122,33 +110,25 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
     >>> check_saved_activation_bytes(answer)
     ✓ saved_activation_bytes matches the measured saved storages of 6 MLPs (ReLU, tanh, GELU), storage by storage
     """
-    for batch, sizes, dtype, activation in _ACTIVATION_CASES:
-        label = f"batch_size={batch}, sizes={sizes}, dtype={dtype}, activation={activation!r}"
-        got = call_learner(
-            saved_activation_bytes, (batch, list(sizes), dtype, activation), "saved_activation_bytes", label
-        )
-        got = _as_int_list(got, label)
-        truth = measured_activation_storages(batch, sizes, dtype, activation)
+    learner = LearnerCall(saved_activation_bytes, "saved_activation_bytes", PREDICT_DO_NOT_MEASURE)
+    for case in _ACTIVATION_CASES:
+        label = "batch_size={}, sizes={}, dtype={}, activation={!r}".format(*case)
+        got = _byte_list(learner.on(label)(case[0], list(case[1]), *case[2:]), label)
+        truth = measured_activation_storages(*case)
         if got == truth:
             continue
-        hint = next((h for h, f in ACTIVATION_MISTAKES if f(batch, sizes, dtype, activation) == got), None)
-        first = next((i for i, (g, t) in enumerate(zip(got, truth)) if g != t), min(len(got), len(truth)))
-        message = (
-            f"Wrong for {label}: you listed {got} (total {sum(got)} B), but a saved_tensors_hooks "
-            f"measurement of this model finds {truth} (total {sum(truth)} B); the first difference is at "
-            f"position {first}."
-        )
-        if sum(got) == sum(truth):
-            message += " The totals agree, the storages do not."
+        found = next((m for m in ACTIVATION_MISTAKES if m.compute(*case) == got), None)
+        same_total = found is None and sum(got) == sum(truth)
         raise ExerciseError(
-            message
-            + (
-                f"\nHint: {hint}"
-                if hint
-                else "\nHint: go layer by layer: what does Linear's backward need, what does "
-                "the activation's derivative need, what does pow need? Then count a "
-                "tensor that two layers save once."
-            )
+            "value",
+            f"`saved_activation_bytes` is wrong for {label}.",
+            detail=f"You listed {got} (total {sum(got)} B); a saved_tensors_hooks measurement of this model finds "
+            f"{truth} (total {sum(truth)} B)." + (" The totals agree, the storages do not." if same_total else ""),
+            hint=found.hint
+            if found
+            else "go layer by layer: what does Linear's backward need, what does the activation's derivative need, what does pow need? Then count a tensor that two layers save once.",
+            mistake=found.id if found else ("same-total" if same_total else None),
+            measured={"got": got, "expected": truth},
         )
     passed(
         f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
@@ -156,7 +136,7 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
     )
 
 
-# --- Exercise 2: in place wherever backward allows it -----------------------------------------
+# --- Exercise 2: in place wherever it saves memory ----------------------------------------------
 
 # The chain of Exercise 2, step by step: (the aten op, what it computes, what its backward saves).
 CHAIN = [
@@ -169,6 +149,8 @@ CHAIN = [
     ("pow", "h = h ** 2", "input"),
     ("sub", "h = h - 0.5", "nothing"),
 ]
+_STEPS = [name for name, _, _ in CHAIN]
+_SAVED_BEFORE = dict(zip(_STEPS, ["nothing"] + [saves for _, _, saves in CHAIN[:-1]]))  # what the step before saved
 
 
 def chain(h: torch.Tensor) -> torch.Tensor:
@@ -179,18 +161,11 @@ def chain(h: torch.Tensor) -> torch.Tensor:
 def inplace_saves_memory() -> dict[str, bool]:
     """Step k can overwrite its input and save an allocation iff it does not save its input (else autograd
     clones the input first) and step k−1 did not save its output (else backward raises)."""
-    allowed, previous = {}, "nothing"
-    for name, _, saves in CHAIN:
-        allowed[name] = saves != "input" and previous != "output"
-        previous = saves
-    return allowed
-
-
-_NO_ALLOCATION = {"detach", "alias", "view", "_unsafe_view"}
+    return {name: saves != "input" and _SAVED_BEFORE[name] != "output" for name, _, saves in CHAIN}
 
 
 class _OpTrace(TorchDispatchMode):
-    """Records every aten op run inside it: in-place ones (``mul_``) and the ones that allocate a new tensor."""
+    """Records the aten ops run inside it: the in-place ones (``mul_``) and the ones that allocate a new tensor."""
 
     def __init__(self):
         super().__init__()
@@ -201,15 +176,70 @@ class _OpTrace(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name.endswith("_") and not name.startswith("_"):
             self.in_place.append(name[:-1])
-        elif name not in _NO_ALLOCATION:
+        elif name not in {"detach", "alias", "view", "_unsafe_view"}:
             self.allocating.append(name)
         return func(*args, **(kwargs or {}))
 
 
-def _breaks_backward(name: str) -> str:
-    index = [n for n, _, _ in CHAIN].index(name)
-    previous = CHAIN[index - 1][0]
-    return f"the step before, `{previous}`, saved its output for backward, and `{name}_` overwrites exactly that tensor"
+class _Aliases(TorchFunctionMode):
+    """Records ``.data`` and ``detach()`` (a dispatch mode sees both as one ``aten.detach``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.used: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func == torch.Tensor.data.__get__:  # a new method-wrapper on every access: compare, not `is`
+            self.used.append("data")
+        elif func in (torch.Tensor.detach, torch.detach):
+            self.used.append("detach")
+        return func(*args, **(kwargs or {}))
+
+
+ALIAS_HINTS = {
+    "data": "`.data` has its own version counter: a change through it is invisible to autograd, so a saved tensor changes without an error and the gradient goes silently wrong (or a later in-place op on the tensor trips the check). The spec rules out `.data`: leave a step whose input was saved out of place.",
+    "detach": "`detach()` shares memory and the version counter with the tensor: an in-place change through it still makes a saved tensor stale, and it saves nothing. The spec rules out detach(): run each step on `h` itself, in place only where nothing saved the tensor it overwrites.",
+}
+
+
+def _allocation_error(trace: _OpTrace, label: str, fewest: int) -> ExerciseError | None:
+    allowed = inplace_saves_memory()
+    wasted = next((n for n in trace.in_place if n in allowed and not allowed[n]), None)
+    missed = next((n for n, ok in allowed.items() if ok and n not in trace.in_place), None)
+    if wasted and CHAIN[_STEPS.index(wasted)][2] == "input":
+        hint = f"`{wasted}` saves its input for backward, so autograd clones the input before `{wasted}_` overwrites it: still {len(trace.allocating)} allocations. The spec asks for out of place wherever in place saves nothing."
+        return ExerciseError(
+            "contract",
+            f"`chain_inplace` runs `{wasted}_` in place for {label}, which saves no memory.",
+            hint=hint,
+            mistake="in-place-saves-nothing",
+        )
+    if missed:
+        saves = CHAIN[_STEPS.index(missed)][2]
+        hint = (
+            f"`{missed}` saves {'its output' if saves == 'output' else 'nothing'} for its backward, and the step before saved "
+            f"{'its input, not its output' if _SAVED_BEFORE[missed] == 'input' else 'nothing'}: nothing needs the tensor "
+            f"`{missed}_` would overwrite. In-place versions: mul_, exp_, add_, tanh_, div_, pow_, sub_."
+        )
+        summary = f"`chain_inplace` is right, but step `{CHAIN[_STEPS.index(missed)][1]}` could overwrite its input and does not ({len(trace.allocating)} new tensors where {fewest} are enough)."
+        return ExerciseError("contract", summary, hint=hint, mistake="missed-in-place")
+    if len(trace.allocating) > fewest:
+        summary = f"`chain_inplace` allocates {len(trace.allocating)} new tensors for {label} ({', '.join(trace.allocating)}); {fewest} are enough."
+        hint = "no copies (clone, contiguous, x * 1) are needed beyond the steps that cannot run in place."
+        return ExerciseError("contract", summary, hint=hint, mistake="extra-copy")
+    return None
+
+
+def _backward_error(exc: RuntimeError, trace: _OpTrace, label: str) -> ExerciseError:
+    # a stale save: the first in-place step right after a step that saved its output overwrote that output
+    culprit = next((n for n in trace.in_place if n in _STEPS and _SAVED_BEFORE[n] == "output"), None)
+    if culprit and is_kind(exc, "stale"):
+        hint = f"the step before, `{_STEPS[_STEPS.index(culprit) - 1]}`, saved its output for backward, and `{culprit}_` overwrites exactly that tensor."
+        mistake = f"{culprit}-overwrites-saved"
+    else:
+        hint, mistake = "the result must stay in the graph: backward runs from it to h.", error_kind(exc)
+    summary = f"backward through `chain_inplace` fails for {label}: {str(exc).splitlines()[0][:160]}"
+    return ExerciseError("contract", summary, hint=hint, mistake=mistake)
 
 
 def check_inplace_chain(chain_inplace) -> None:
@@ -227,172 +257,168 @@ def check_inplace_chain(chain_inplace) -> None:
     >>> check_inplace_chain(answer)
     ✓ chain_inplace allocates 4 new tensors for 8 steps (mul, exp, tanh, sub run in place), the fewest backward allows
     """
-    saves_memory = inplace_saves_memory()
-    fewest = sum(not ok for ok in saves_memory.values())
+    fewest = sum(not ok for ok in inplace_saves_memory().values())
+    learner = LearnerCall(chain_inplace, "chain_inplace", frozen_inputs=False)  # h is checked below, its version too
     gen = torch.Generator().manual_seed(40)
     for shape in ((5,), (3, 4)):
         label = f"h of shape {shape}"
         x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
         h = x * 1
         h_before, h_version = h.detach().clone(), version(h)
-        with _OpTrace() as trace:
-            out = call_learner(chain_inplace, (h,), "chain_inplace", label)
-        if not isinstance(out, torch.Tensor):
-            raise ExerciseError(f"`chain_inplace` should return the final tensor, got {type(out).__name__}.")
+        with _OpTrace() as trace, _Aliases() as aliases:
+            out = learner.on(label)(h)
         if version(h) != h_version or not torch.equal(h.detach(), h_before):
+            hint = "start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves its input, so autograd clones the input before overwriting it.)"
             raise ExerciseError(
-                f"`chain_inplace` changed its argument h in place for {label}; the caller may still need it.\n"
-                "Hint: start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves "
-                "its input, so autograd clones the input before overwriting it.)"
+                "changed-input", f"`chain_inplace` changed its argument h in place for {label}.", hint=hint
             )
-        expected = chain(x.detach())
-        if out.shape != expected.shape or not torch.allclose(out.detach(), expected):
+        compare(out, chain(x.detach()), what="`chain_inplace`", label=label)
+        if aliases.used:
+            used = aliases.used[0]
             raise ExerciseError(
-                f"`chain_inplace` computes a different value than the chain for {label}.\n"
-                "Hint: keep every step of the chain: sin, ×3, exp, +1, tanh, /2, square, −0.5."
+                "off-limits", f"`chain_inplace` used `{used}` for {label}.", hint=ALIAS_HINTS[used], mistake=used
             )
         try:
             (grad,) = torch.autograd.grad(out.sum(), x)
         except RuntimeError as exc:
-            culprit = next(
-                (
-                    n
-                    for n in trace.in_place
-                    if n in saves_memory
-                    and [c for c, _, _ in CHAIN].index(n) > 0
-                    and CHAIN[[c for c, _, _ in CHAIN].index(n) - 1][2] == "output"
-                ),
-                None,
-            )
+            raise _backward_error(exc, trace, label) from None
+        if not torch.allclose(grad, torch.autograd.grad(chain(x).sum(), x)[0]):
+            hint = "something changed a saved tensor where autograd could not see it: backward used the new values."
             raise ExerciseError(
-                f"backward through `chain_inplace` fails for {label}: {str(exc).split(' Hint:')[0][:160]}...\n"
-                + (
-                    f"Hint: {_breaks_backward(culprit)}."
-                    if culprit
-                    else "Hint: an in-place op overwrote a tensor that an earlier step saved for backward."
-                )
-            ) from None
-        (reference,) = torch.autograd.grad(chain(x).sum(), x)
-        if not torch.allclose(grad, reference):
-            raise ExerciseError(
-                f"`chain_inplace` gives a wrong gradient for {label}, with no error.\nHint: something changed a "
-                "saved tensor where autograd could not see it (`.data`, or a detach()ed alias): backward used the "
-                "new values. Leave that step out of place."
+                "value",
+                f"`chain_inplace` gives a wrong gradient for {label}, with no error.",
+                hint=hint,
+                mistake="hidden-change",
             )
-        missed = [n for n, ok in saves_memory.items() if ok and n not in trace.in_place]
-        if missed:
-            index = [n for n, _, _ in CHAIN].index(missed[0])
-            name, step, saves = CHAIN[index]
-            previous = CHAIN[index - 1][2] if index else "nothing"
-            raise ExerciseError(
-                f"`chain_inplace` is right, but step `{step}` could overwrite its input and does not "
-                f"({len(trace.allocating)} new tensors where {fewest} are enough).\nHint: `{name}` saves "
-                f"{'its output' if saves == 'output' else 'nothing'} for its backward, and the step before saved "
-                f"{'its input, not its output' if previous == 'input' else 'nothing'}: nothing needs the tensor "
-                f"`{name}_` would overwrite. In-place versions: mul_, exp_, add_, tanh_, div_, pow_, sub_."
-            )
-        if len(trace.allocating) > fewest:
-            raise ExerciseError(
-                f"`chain_inplace` allocates {len(trace.allocating)} new tensors for {label} ({', '.join(trace.allocating)}); "
-                f"{fewest} are enough.\nHint: no copies (clone, contiguous, x * 1) are needed beyond the steps "
-                "that cannot run in place."
-            )
-    in_place = [n for n, ok in saves_memory.items() if ok]
+        error = _allocation_error(trace, label, fewest)
+        if error is not None:
+            raise error
+    in_place = [n for n, ok in inplace_saves_memory().items() if ok]
     passed(
         f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), "
         "the fewest backward allows"
     )
 
 
-# --- Exercise 3: an exponential moving average of the parameters ------------------------------
+# --- Exercise 3: an exponential moving average in one flat buffer ------------------------------
 
 
-def _model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+def _model(seed: int) -> torch.nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+
+EMA_HINTS = {
+    "values": "each entry starts at its parameter's value and has its shape: `.view(p.shape)` of a slice of the buffer.",
+    "in-graph": "the average is plain data: build it from `p.detach()` and update it under `torch.no_grad()` (`torch.cat` of parameters is a graph node).",
+    "shares-model": "`detach()` and views share memory with the parameter, so every optimizer step would change the average too; `torch.cat` (or a new `torch.empty` you copy into) allocates new memory.",
+    "separate-storages": "allocate one 1-D buffer for all parameters (`torch.cat` of the flattened copies), then hand out views of it: `flat.split(sizes)` and `.view(shape)` create no new memory.",
+    "moved-model": "write into the average's tensors, never into `p`.",
+    "replaced": "you put a new tensor into the dict; whoever holds the average (an evaluation model, a checkpoint) still has the old one, and the new one is no view of the buffer. Update in place: mul_, add_, lerp_.",
+    "decay-swapped": "decay weighs the old average: new = decay · ema + (1 − decay) · param.",
+    "updated-a-copy": "`torch.cat(...)` and `clone()` make a new tensor: an in-place op on it leaves the buffer behind the views alone. Update the views themselves (mul_, add_, lerp_).",
+    "formula": "new = decay · ema + (1 − decay) · param, for every parameter.",
+    "through-data": "a change through `.data` is invisible to autograd: a graph that used the average would silently see new values. Use `with torch.no_grad():` and in-place ops on the tensor itself.",
+}
+
+
+def _init_problem(ema, model) -> tuple[str, str] | None:
+    """(mistake, what is wrong) for the dict init_ema returned, or None."""
+    params = dict(model.named_parameters())
+    for name, e in ema.items():
+        if (
+            not isinstance(e, torch.Tensor)
+            or e.shape != params[name].shape
+            or not torch.equal(e.detach(), params[name].detach())
+        ):
+            return (
+                "values",
+                f"`init_ema`'s {name} should start at the parameter's value, shape {tuple(params[name].shape)}.",
+            )
+        if e.requires_grad or e.grad_fn is not None:
+            return "in-graph", f"`init_ema`'s {name} is part of autograd (requires_grad={e.requires_grad})."
+    if {storage_key(e) for e in ema.values()} & {storage_key(p) for p in params.values()}:
+        return "shares-model", "`init_ema` returned tensors that share memory with the model."
+    if len({storage_key(e) for e in ema.values()}) != 1:
+        return (
+            "separate-storages",
+            f"`init_ema`'s tensors live in {len({storage_key(e) for e in ema.values()})} separate storages, not one buffer.",
+        )
+    return None
+
+
+def _update_problem(ema, held, before, params, decay, versions) -> tuple[str, str] | None:
+    """(mistake, what is wrong) after ema_update_, or None."""
+    for name in before:
+        e = ema.get(name)
+        expected = decay * before[name] + (1 - decay) * params[name]
+        if e is not held[name]:
+            return "replaced", f"`ema_update_` replaced ema[{name!r}] instead of updating it."
+        if e.requires_grad or e.grad_fn is not None:
+            return "in-graph", f"ema[{name!r}] became part of a graph after `ema_update_`."
+        if torch.allclose(e.detach(), (1 - decay) * before[name] + decay * params[name]) and decay != 0.5:
+            return "decay-swapped", f"`ema_update_` computed wrong values for {name}."
+        if not torch.allclose(e.detach(), expected):
+            unchanged = torch.equal(e.detach(), before[name])
+            return ("updated-a-copy" if unchanged else "formula"), f"`ema_update_` left wrong values in {name}" + (
+                ": they did not change." if unchanged else "."
+            )
+        if version(e) == versions[name]:
+            return "through-data", f"ema[{name!r}] changed but its version counter did not move."
+    return None
 
 
 def check_ema(init_ema, ema_update_) -> None:
-    """Check ``init_ema(model)`` -> {name: copy} and ``ema_update_(ema, model, decay)`` (in place).
+    """Check ``init_ema(model)`` -> {name: view of one flat buffer} and ``ema_update_(ema, model, decay)`` (in place).
 
     >>> def init_ema(model):
-    ...     return {name: p.detach().clone() for name, p in model.named_parameters()}
+    ...     params = dict(model.named_parameters())
+    ...     flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
+    ...     pieces = flat.split([p.numel() for p in params.values()])
+    ...     return {name: piece.view(p.shape) for (name, p), piece in zip(params.items(), pieces)}
     >>> def ema_update_(ema, model, decay):
     ...     with torch.no_grad():
     ...         for name, p in model.named_parameters():
-    ...             ema[name].mul_(decay).add_(p, alpha=1 - decay)
+    ...             ema[name].lerp_(p, 1 - decay)
     >>> check_ema(init_ema, ema_update_)
-    ✓ init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, leaving the model alone
+    ✓ init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone
     """
+    init, update = (
+        LearnerCall(init_ema, "init_ema"),
+        LearnerCall(ema_update_, "ema_update_", error_hints=EMA_HINTS["in-graph"], frozen_inputs=False),
+    )
     for seed, decay in ((0, 0.9), (1, 0.99)):
         model = _model(seed)
         label = f"a 2-layer model (seed {seed}), decay {decay}"
-        ema = call_learner(init_ema, (model,), "init_ema", label)
+        ema = init.on(label)(model)
         names = [n for n, _ in model.named_parameters()]
         if not isinstance(ema, dict) or sorted(ema) != sorted(names):
             raise ExerciseError(
-                f"`init_ema` should return a dict keyed by parameter name ({names}), got "
-                f"{type(ema).__name__}{' with keys ' + str(sorted(ema)) if isinstance(ema, dict) else ''}."
+                "type",
+                f"`init_ema` should return a dict keyed by parameter name ({names}), got {type(ema).__name__}.",
+                hint="`{name: view for name, p in model.named_parameters()}`: the names are what evaluation code looks up.",
+                mistake="not-a-dict",
             )
-        for name, p in model.named_parameters():
-            e = ema[name]
-            if not isinstance(e, torch.Tensor) or not torch.equal(e.detach(), p.detach()):
-                raise ExerciseError(f"`init_ema` should start each average at the parameter's value ({name}).")
-            if e.untyped_storage().data_ptr() == p.untyped_storage().data_ptr():
-                raise ExerciseError(
-                    f"`init_ema`'s copy of {name} shares memory with the parameter, so every optimizer step "
-                    "changes the average too.\nHint: `detach()` shares memory (and the version counter); a "
-                    "snapshot is `detach().clone()`."
-                )
-            if e.requires_grad or e.grad_fn is not None:
-                raise ExerciseError(
-                    f"`init_ema`'s copy of {name} is part of autograd (requires_grad={e.requires_grad}, "
-                    f"grad_fn={type(e.grad_fn).__name__ if e.grad_fn else None}).\nHint: `p.clone()` stays in the "
-                    "graph; the average is plain data: `p.detach().clone()`."
-                )
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        model(torch.ones(5, 4)).pow(2).mean().backward()
-        optimizer.step()
-        objects = {name: ema[name] for name in names}
-        before = {name: ema[name].detach().clone() for name in names}
-        versions = {name: version(ema[name]) for name in names}
-        param_versions = {name: version(p) for name, p in model.named_parameters()}
-        params_before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        result = call_learner(ema_update_, (ema, model, decay), "ema_update_", label)
-        for name, p in model.named_parameters():
-            if not torch.equal(p.detach(), params_before[name]) or version(p) != param_versions[name]:
-                raise ExerciseError(
-                    f"`ema_update_` changed the model's parameter {name}; only the average should change."
-                )
-            expected = decay * before[name] + (1 - decay) * params_before[name]
-            e = ema[name]
-            if e is not objects[name]:
-                hint = (
-                    "you put a new tensor into the dict; whoever holds the average (an evaluation model, "
-                    "a checkpoint) still has the old one. Update the tensor in place: mul_, add_, lerp_."
-                )
-                raise ExerciseError(f"`ema_update_` replaced ema[{name!r}] instead of updating it.\nHint: {hint}")
-            if not torch.allclose(e.detach(), expected):
-                swapped = (1 - decay) * before[name] + decay * params_before[name]
-                hint = (
-                    "decay weighs the old average: new = decay · ema + (1 − decay) · param."
-                    if torch.allclose(e.detach(), swapped)
-                    else "new = decay · ema + (1 − decay) · param, for every parameter."
-                )
-                raise ExerciseError(f"`ema_update_` computed wrong values for {name} ({label}).\nHint: {hint}")
-            if version(e) == versions[name]:
-                raise ExerciseError(
-                    f"ema[{name!r}] changed but its version counter did not move.\nHint: a change through "
-                    "`.data` is invisible to autograd: a graph that used the average would silently see new "
-                    "values. Use `with torch.no_grad():` and in-place ops on the tensor itself."
-                )
-            if e.requires_grad or e.grad_fn is not None:
-                raise ExerciseError(
-                    f"ema[{name!r}] became part of a graph after `ema_update_`.\nHint: update "
-                    "under `with torch.no_grad():`."
-                )
-        del result
+        problem = _init_problem(ema, model)
+        if problem is None:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+            model(torch.ones(5, 4)).pow(2).mean().backward()
+            optimizer.step()
+            held, before = dict(ema), {name: e.detach().clone() for name, e in ema.items()}
+            versions = {name: version(e) for name, e in ema.items()}
+            params = {name: p.detach().clone() for name, p in model.named_parameters()}
+            param_versions = [version(p) for p in model.parameters()]
+            update.on(label)(ema, model, decay)
+            if [version(p) for p in model.parameters()] != param_versions:
+                problem = "moved-model", "`ema_update_` changed the model's parameters; only the average should change."
+            else:
+                problem = _update_problem(ema, held, before, params, decay, versions)
+        if problem is not None:
+            mistake, summary = problem
+            kind = "value" if mistake in ("values", "decay-swapped", "updated-a-copy", "formula") else "contract"
+            raise ExerciseError(kind, f"{summary} ({label})", hint=EMA_HINTS[mistake], mistake=mistake)
     passed(
-        "init_ema makes independent snapshots; ema_update_ updates them in place, visibly to autograd, "
+        "init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, "
         "leaving the model alone"
     )
