@@ -336,3 +336,30 @@ def test_scaler_started_and_stage_follow_one_iteration_without_adding_entries():
     assert internals.scaler_stage(scaler, opt) == "STEPPED"
     scaler.update()
     assert internals.scaler_stage(scaler, opt) == "READY"
+
+
+# --------------------------------------------------------------------------- torch.compile (chapter 11)
+
+
+def test_explain_lists_graph_breaks_with_reason_and_user_line():
+    def step(x):
+        y = x.sin()
+        if y.sum().item() > 0:
+            y = y * 2
+        return y.cos()
+
+    torch.compiler.reset()
+    report = internals.explain(step, torch.ones(3))
+    assert (report.graph_count, report.graph_break_count) == (2, 1)
+    (reason,) = report.break_reasons
+    assert "Tensor.item()" in reason.reason.splitlines()[0]
+    frame = reason.user_stack[-1]
+    assert frame.filename == __file__ and "item()" in frame.line and frame.lineno > 0
+    torch.compiler.reset()
+
+
+def test_inductor_decompositions_split_gelu_into_pointwise_ops():
+    table = internals.inductor_decompositions()
+    assert torch.ops.aten.gelu.default in table and torch.ops.aten.gelu_backward.default in table
+    x = torch.randn(5)
+    assert torch.allclose(table[torch.ops.aten.gelu.default](x), torch.nn.functional.gelu(x))

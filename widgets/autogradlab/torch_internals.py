@@ -231,3 +231,35 @@ def scaler_stage(scaler: Any, optimizer: Any) -> str:
 
 
 __all__ += ["scaler_started", "scaler_stage"]
+
+
+# --------------------------------------------------------------------------- torch.compile (chapter 11)
+# Chapter 11 reads what torch.compile records. Everything else it uses is public (``torch.compile``,
+# ``torch.compiler.reset``, ``functorch.compile``'s partitioners and ``aot_module_simplified``, the
+# graphs' ``OpOverload.is_view``); these two are not.
+
+
+def explain(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Dynamo's report on ``fn(*args)``: ``graph_count``, ``graph_break_count``, ``break_reasons``.
+
+    Each break reason has ``.reason`` (text, first line the cause) and ``.user_stack`` (frames with
+    ``.filename``, ``.lineno``, ``.line``). ``torch._dynamo.explain`` is the only API that lists the
+    breaks as data (``TORCH_LOGS=graph_breaks`` prints them to a log). It runs ``fn`` once.
+    """
+    import torch._dynamo
+
+    return torch._dynamo.explain(fn)(*args, **kwargs)
+
+
+def inductor_decompositions() -> dict:
+    """The decomposition table inductor hands AOTAutograd (``torch._inductor.decomposition.select_decomp_table``).
+
+    Tracing with it gives the joint graph inductor partitions (GELU as erf and multiplications, ...),
+    without compiling any kernel; no public API exposes the table.
+    """
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+__all__ += ["explain", "inductor_decompositions"]
