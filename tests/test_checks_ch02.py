@@ -16,11 +16,16 @@ from autogradlab.checks.ch02 import (
 from autogradlab.checks.core import ExerciseError
 
 
-def rejected(checker, answer, hint):
+def rejected(checker, answer, expected) -> ExerciseError:
+    """Reject ``answer`` as ``expected`` = (kind, mistake); a mistake of None only requires the kind."""
+    kind, mistake = expected
     with pytest.raises(ExerciseError) as info:
         checker(answer)
-    assert hint in str(info.value), str(info.value)
-    return str(info.value)
+    error = info.value
+    assert error.kind == kind, (error.kind, str(error))
+    if mistake is not None:
+        assert error.mistake == mistake and error.hint, (error.mistake, str(error))
+    return error
 
 
 # --------------------------------------------------------------------------- embedding_backward
@@ -105,30 +110,36 @@ def emb_aten(idx, weight, G):
     return torch.ops.aten.embedding_dense_backward(G, idx, weight.shape[0], -1, False)
 
 
+def emb_int_one_hot(idx, weight, G):
+    onehot = F.one_hot(idx.reshape(-1), weight.shape[0])  # int64: the matmul with G refuses it
+    return onehot.T @ G.reshape(-1, weight.shape[1])
+
+
 def emb_in_place(idx, weight, G):
     G.mul_(2)  # the result is right, but the caller's G is now doubled
     return emb_index_add(idx, weight, G) / 2
 
 
 WRONG_EMBEDDING = {
-    "overwrite": (emb_overwrite, "overwrite each other"),
-    "+= with advanced indexing": (emb_plus_equals, "overwrite each other"),
-    "mean over repeats": (emb_mean, "not their mean"),
+    "overwrite": (emb_overwrite, ("value", "overwrite")),
+    "+= with advanced indexing": (emb_plus_equals, ("value", "overwrite")),
+    "mean over repeats": (emb_mean, ("value", "mean-over-repeats")),
     "every row gets every gradient": (
         lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
-        "only receives G at the positions where idx == v",
+        ("value", "every-row"),
     ),
     "divided by positions": (
         lambda idx, weight, G: emb_index_add(idx, weight, G) / idx.numel(),
-        "averaged over the positions",
+        ("value", "over-positions"),
     ),
-    "one-hot transposed": (lambda idx, weight, G: emb_one_hot(idx, weight, G).T, "transpose"),
-    "returned G": (lambda idx, weight, G: G, "Shape"),
-    "not flattened": (emb_not_flattened, "flatten first"),
-    "autograd": (emb_autograd, "used autograd"),
-    "aten backward": (emb_aten, "off limits"),
-    "mutates G": (emb_in_place, "changed its input in place"),
-    "float64 always": (lambda idx, weight, G: emb_index_add(idx, weight, G).double(), "Dtype"),
+    "one-hot transposed": (lambda idx, weight, G: emb_one_hot(idx, weight, G).T, ("shape", "transposed")),
+    "returned G": (lambda idx, weight, G: G, ("shape", None)),
+    "not flattened": (emb_not_flattened, ("raised", None)),
+    "autograd": (emb_autograd, ("off-limits", None)),
+    "aten backward": (emb_aten, ("off-limits", "`torch.ops.aten.embedding_dense_backward`")),
+    "int64 one-hot": (emb_int_one_hot, ("raised", None)),
+    "mutates G": (emb_in_place, ("changed-input", None)),
+    "float64 always": (lambda idx, weight, G: emb_index_add(idx, weight, G).double(), ("dtype", None)),
 }
 
 
@@ -232,35 +243,60 @@ def ce_torch_func(z, y):
     return loss, torch.func.grad(lambda t: ce_stable(t, y)[0])(z)
 
 
+def ce_column_block(z, y):
+    m = z.amax(1, keepdim=True)
+    lse = (m + (z - m).exp().sum(1, keepdim=True).log())[:, 0]
+    return (lse - z[:, y]).mean(), ce_stable(z, y)[1]  # z[:, y] is a (B, B) block
+
+
+def ce_max_without_keepdim(z, y):
+    shifted = z - z.amax(1)  # (B, C) - (B,): lines up with the classes
+    return ce_stable(shifted, y)
+
+
+def ce_aten_softmax(z, y):
+    p = torch.ops.aten._softmax(z, 1, False)
+    return -torch.log(p[torch.arange(len(y)), y]).mean(), (p - onehot(z, y)) / len(z)
+
+
+def ce_aten_log_softmax(z, y):
+    log_p = torch.ops.aten._log_softmax(z, 1, False)
+    return -log_p[torch.arange(len(y)), y].mean(), (log_p.exp() - onehot(z, y)) / len(z)
+
+
 def ce_in_place(z, y):
     z -= z.amax(1, keepdim=True)  # shifting the caller's logits
     return ce_stable(z, y)
 
 
 WRONG_CE = {
-    "naive exp": (ce_naive, "exp overflowed"),
-    "global max": (ce_global_max, "each ROW's max"),
-    "log of softmax": (ce_log_of_softmax, "log softmax(z)_y = z_y − max"),
-    "no mean": (lambda z, y: tuple(t * len(z) for t in ce_stable(z, y)), "factor 1/B"),
+    "naive exp": (ce_naive, ("not-finite", "exp-overflow")),
+    "global max": (ce_global_max, ("not-finite", "global-max")),
+    "log of softmax": (ce_log_of_softmax, ("not-finite", "log-of-softmax")),
+    "no mean": (lambda z, y: tuple(t * len(z) for t in ce_stable(z, y)), ("value", "no-mean")),
     "no one-hot": (
         lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] + onehot(z, y) / len(z)),
-        "one-hot term is missing",
+        ("value", "no-onehot"),
     ),
     "softmax dim 0": (
         lambda z, y: (
             ce_stable(z, y)[0],
             (torch.exp(z - z.amax(0)) / torch.exp(z - z.amax(0)).sum(0) - onehot(z, y)) / len(z),
         ),
-        "wrong dim",
+        ("value", "softmax-dim"),
     ),
-    "dz sign": (lambda z, y: (ce_stable(z, y)[0], -ce_stable(z, y)[1]), "sign is flipped"),
-    "mean over B·C": (lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] / z.shape[1]), "not z.numel()"),
-    "torch.softmax": (ce_library_softmax, "`torch.softmax` is off limits"),
-    "F.cross_entropy": (ce_library_loss, "`F.cross_entropy` is off limits"),
-    "Tensor.logsumexp": (ce_method_logsumexp, "`Tensor.logsumexp` is off limits"),
-    "torch.func": (ce_torch_func, "used autograd"),
-    "shifts the caller's logits": (ce_in_place, "changed its input in place"),
-    "only the gradient": (lambda z, y: ce_stable(z, y)[1], "as a tuple"),
+    "dz sign": (lambda z, y: (ce_stable(z, y)[0], -ce_stable(z, y)[1]), ("value", "sign")),
+    "mean over B·C": (lambda z, y: (ce_stable(z, y)[0], ce_stable(z, y)[1] / z.shape[1]), ("value", "mean-over-BC")),
+    "torch.softmax": (ce_library_softmax, ("off-limits", "`torch.softmax`")),
+    "F.cross_entropy": (ce_library_loss, ("off-limits", "`F.cross_entropy`")),
+    "Tensor.logsumexp": (ce_method_logsumexp, ("off-limits", "`Tensor.logsumexp`")),
+    "z[:, y] instead of z[arange(B), y]": (ce_column_block, ("value", "column-block")),
+    "max without keepdim": (ce_max_without_keepdim, ("raised", "size_mismatch")),
+    "torch.ops.aten._softmax": (ce_aten_softmax, ("off-limits", "`torch.ops.aten._softmax`")),
+    "torch.ops.aten._log_softmax": (ce_aten_log_softmax, ("off-limits", "`torch.ops.aten._log_softmax`")),
+    "torch.func": (ce_torch_func, ("off-limits", None)),
+    "shifts the caller's logits": (ce_in_place, ("changed-input", None)),
+    "only the gradient": (lambda z, y: ce_stable(z, y)[1], ("type", None)),
 }
 
 
@@ -378,20 +414,20 @@ def ln_hard_coded_eps(x, gamma, beta, G, eps):
 
 
 WRONG_LN = {
-    "no variance term": (ln_manual(variance_term=False), "misses the path through the variance"),
-    "no mean term": (ln_manual(mean_term=False), "misses the path through the mean"),
-    "mu and sigma constant": (ln_manual(mean_term=False, variance_term=False), "treats μ and σ as constants"),
-    "forgot gamma": (ln_manual(gamma_in_dx=False), "dx forgot γ"),
-    "variance term sign": (ln_manual(variance_sign=+1), "wrong sign"),
-    "torch.var unbiased": (ln_torch_var, "divides by D − 1"),
-    "no eps": (ln_manual(eps_at="none"), "eps is missing"),
-    "eps outside sqrt": (ln_manual(eps_at="outside"), "inside the square root"),
-    "dgamma without xhat": (ln_manual(dgamma="no xhat"), "dgamma forgot x̂"),
-    "dgamma over dim 0": (ln_two_dims_only, "sum over all of them"),
-    "dbeta mean": (ln_manual(dbeta_mean=True), "SUM of G"),
-    "hard-coded eps": (ln_hard_coded_eps, "use the `eps` argument"),
-    "autograd": (ln_autograd, "used autograd"),
-    "aten backward": (ln_aten, "off limits"),
+    "no variance term": (ln_manual(variance_term=False), ("value", "no-variance-path")),
+    "no mean term": (ln_manual(mean_term=False), ("value", "no-mean-path")),
+    "mu and sigma constant": (ln_manual(mean_term=False, variance_term=False), ("value", "constant-stats")),
+    "forgot gamma": (ln_manual(gamma_in_dx=False), ("value", "no-gamma")),
+    "variance term sign": (ln_manual(variance_sign=+1), ("value", "variance-sign")),
+    "torch.var unbiased": (ln_torch_var, ("value", "unbiased-var")),
+    "no eps": (ln_manual(eps_at="none"), ("value", "no-eps")),
+    "eps outside sqrt": (ln_manual(eps_at="outside"), ("value", "eps-outside")),
+    "dgamma without xhat": (ln_manual(dgamma="no xhat"), ("value", "dgamma-no-xhat")),
+    "dgamma over dim 0": (ln_two_dims_only, ("shape", "dgamma-dim-0")),
+    "dbeta mean": (ln_manual(dbeta_mean=True), ("value", "dbeta-mean")),
+    "hard-coded eps": (ln_hard_coded_eps, ("value", "fixed-eps")),
+    "autograd": (ln_autograd, ("off-limits", None)),
+    "aten backward": (ln_aten, ("off-limits", "`torch.ops.aten.native_layer_norm_backward`")),
 }
 
 
@@ -417,13 +453,14 @@ def test_layernorm_cases_are_not_easy():
     assert len({c.args[4] for c in cases}) > 1 and any(c.args[0].dtype == torch.float32 for c in cases)
 
 
+def test_the_int64_one_hot_is_named_as_a_dtype_problem():
+    error = rejected(check_embedding_backward, emb_int_one_hot, ("raised", None))
+    assert "dtype" in error.hint and "one_hot" in error.hint
+
+
 def test_off_limits_errors_do_not_get_the_shape_hint():
-    message = rejected(check_layernorm_backward, ln_aten, "off limits")
-    assert "reason with shapes" not in message
-
-
-def test_hard_coded_eps_is_named():
-    rejected(check_layernorm_backward, ln_hard_coded_eps, "use the `eps` argument")
+    error = rejected(check_layernorm_backward, ln_aten, ("off-limits", None))
+    assert "reason with shapes" not in (error.hint or "")
 
 
 def test_aten_kernels_are_restored_after_the_check():

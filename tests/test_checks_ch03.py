@@ -11,10 +11,16 @@ from autogradlab.checks.ch03 import check_hvp, check_mean_vjp, check_softmax_vjp
 from autogradlab.checks.core import ExerciseError
 
 
-def rejected(checker, answer, hint):
+def rejected(checker, answer, expected) -> ExerciseError:
+    """Reject ``answer`` as ``expected`` = (kind, mistake); a mistake of None only requires the kind."""
+    kind, mistake = expected
     with pytest.raises(ExerciseError) as info:
         checker(answer)
-    assert hint in str(info.value), str(info.value)
+    error = info.value
+    assert error.kind == kind, (error.kind, str(error))
+    if mistake is not None:
+        assert error.mistake == mistake and error.hint, (error.mistake, str(error))
+    return error
 
 
 def not_implemented(*args):
@@ -58,31 +64,37 @@ CORRECT_SOFTMAX = {
 }
 
 WRONG_SOFTMAX = {
-    "diagonal only": (lambda y, v, dim: y * v, "only the diagonal"),
-    "sum over everything": (lambda y, v, dim: y * (v - (v * y).sum()), "runs over the softmax dim only"),
-    "hard-coded last dim": (lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)), "you summed over the last dim"),
-    "hard-coded dim 0": (lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)), "you summed over dim 0"),
-    "unweighted sum": (lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)), "needs the weights y"),
-    "second term without y": (lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True), "missing its factor y"),
-    "first term without y": (lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True), "first term needs its factor y"),
-    "no keepdim": (lambda y, v, dim: y * (v - (v * y).sum(dim)), "keepdim=True"),
-    "sign": (lambda y, v, dim: y * ((v * y).sum(dim, keepdim=True) - v), "sign is flipped"),
-    "explicit jacobian": (softmax_vjp_by_jacobian, "built the Jacobian of each slice"),
+    "diagonal only": (lambda y, v, dim: y * v, ("value", "diagonal-only")),
+    "sum over everything": (lambda y, v, dim: y * (v - (v * y).sum()), ("value", "sum-over-all")),
+    "hard-coded last dim": (lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)), ("value", "last-dim")),
+    "hard-coded dim 0": (lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)), ("value", "dim-0")),
+    "unweighted sum": (lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)), ("value", "unweighted-sum")),
+    "second term without y": (
+        lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
+        ("value", "second-term-without-y"),
+    ),
+    "first term without y": (
+        lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
+        ("value", "first-term-without-y"),
+    ),
+    "no keepdim": (lambda y, v, dim: y * (v - (v * y).sum(dim)), ("raised", "size_mismatch")),
+    "sign": (lambda y, v, dim: y * ((v * y).sum(dim, keepdim=True) - v), ("value", "sign")),
+    "explicit jacobian": (softmax_vjp_by_jacobian, ("contract", "built-jacobian")),
     "autograd via log": (
         lambda y, v, dim: torch.func.vjp(lambda t: torch.softmax(t, dim), y.log())[1](v)[0],
-        "used autograd",
+        ("off-limits", None),
     ),
     "autograd.functional.jacobian": (
         lambda y, v, dim: v.reshape(-1) @ torch.autograd.functional.jacobian(lambda t: torch.softmax(t, dim), y.log()),
-        "torch.autograd.functional.jacobian",
+        ("off-limits", "`torch.autograd.functional.jacobian`"),
     ),
     "backward on a recomputed softmax": (
         lambda y, v, dim: torch.autograd.grad(torch.softmax(y.log().requires_grad_(), dim), y, v)[0],
-        "used autograd",
+        ("off-limits", None),
     ),
-    "view on a non-contiguous input": (softmax_vjp_with_view, ".view() fails on a non-contiguous y"),
-    "changes v in place": (softmax_vjp_in_place, "changed its input in place"),
-    "not implemented": (not_implemented, "NotImplementedError"),
+    "view on a non-contiguous input": (softmax_vjp_with_view, ("raised", None)),
+    "changes v in place": (softmax_vjp_in_place, ("changed-input", None)),
+    "not implemented": (not_implemented, ("not-implemented", None)),
 }
 
 
@@ -97,10 +109,9 @@ def test_wrong_softmax_vjp_is_rejected_with_its_hint(name):
     rejected(check_softmax_vjp, *WRONG_SOFTMAX[name])
 
 
-def test_the_built_jacobian_message_gives_the_sizes():
-    with pytest.raises(ExerciseError) as info:
-        check_softmax_vjp(softmax_vjp_by_jacobian)
-    assert "16 MiB" in str(info.value) and "(2, 1024)" in str(info.value)
+def test_the_built_jacobian_error_measures_the_sizes():
+    error = rejected(check_softmax_vjp, softmax_vjp_by_jacobian, ("contract", "built-jacobian"))
+    assert error.measured["largest_bytes"] == 16 * 2**20 and error.measured["needed_bytes"] == 2 * 1024 * 8
 
 
 # --------------------------------------------------------------------------- sum_to_shape
@@ -155,6 +166,17 @@ def sum_to_shape_from_the_left(grad, shape):
     return grad
 
 
+def sum_to_shape_by_reshape(grad, shape):
+    return grad.reshape(-1, *shape).sum(0)  # regroups memory: right only when b has no size-1 dim
+
+
+def sum_to_shape_no_keepdim(grad, shape):
+    while grad.dim() > len(shape):
+        grad = grad.sum(0)
+    dims = tuple(i for i, size in enumerate(shape) if size == 1 and grad.shape[i] != 1)
+    return grad.sum(dims) if dims else grad
+
+
 CORRECT_SUM_TO_SHAPE = {
     "loop": sum_to_shape_by_loop,
     "sum then reshape": sum_to_shape_then_reshape,
@@ -162,25 +184,27 @@ CORRECT_SUM_TO_SHAPE = {
 }
 
 WRONG_SUM_TO_SHAPE = {
-    "always dim 0": (lambda grad, shape: grad.sum(0), "always summing over dim 0"),
-    "leading only": (lambda grad, shape: grad.sum(0) if grad.dim() > len(shape) else grad, "size-1 dim of b"),
+    "always dim 0": (lambda grad, shape: grad.sum(0), ("shape", "dim-0")),
+    "leading only": (lambda grad, shape: grad.sum(0) if grad.dim() > len(shape) else grad, ("shape", "leading-only")),
     "mean": (
         lambda grad, shape: sum_to_shape_by_loop(grad, shape) * math.prod(shape) / grad.numel(),
-        "a mean where a sum",
+        ("value", "mean"),
     ),
-    "matched from the left": (sum_to_shape_from_the_left, "from the right"),
-    "empty tuple of dims": (sum_to_shape_empty_dims, "empty tuple of dims sums over every dim"),
-    "no keepdim": (lambda grad, shape: sum_to_shape_by_loop(grad, shape).reshape(-1), "Shape: got"),
-    "returns grad": (lambda grad, shape: grad, "Shape: got"),
-    "sum_to_size": (lambda grad, shape: grad.sum_to_size(shape), "`sum_to_size` is the built-in"),
+    "reshape(-1, *shape).sum(0)": (sum_to_shape_by_reshape, ("value", "reshape-sum")),
+    "size-1 dims summed without keepdim": (sum_to_shape_no_keepdim, ("shape", "no-keepdim")),
+    "matched from the left": (sum_to_shape_from_the_left, ("shape", "from-the-left")),
+    "empty tuple of dims": (sum_to_shape_empty_dims, ("shape", "empty-dims")),
+    "no keepdim": (lambda grad, shape: sum_to_shape_by_loop(grad, shape).reshape(-1), ("shape", None)),
+    "returns grad": (lambda grad, shape: grad, ("shape", None)),
+    "sum_to_size": (lambda grad, shape: grad.sum_to_size(shape), ("off-limits", "`Tensor.sum_to_size`")),
     "autograd": (
         lambda grad, shape: torch.func.vjp(lambda b: torch.zeros_like(grad) + b, torch.zeros(shape, dtype=grad.dtype))[
             1
         ](grad)[0],
-        "used autograd",
+        ("off-limits", None),
     ),
-    "jacobian as a 0/1 matrix": (sum_to_shape_by_matrix, "built the Jacobian of the broadcast"),
-    "not implemented": (not_implemented, "NotImplementedError"),
+    "jacobian as a 0/1 matrix": (sum_to_shape_by_matrix, ("contract", "built-jacobian")),
+    "not implemented": (not_implemented, ("not-implemented", None)),
 }
 
 
@@ -257,11 +281,11 @@ CORRECT_MEAN = {
 WRONG_MEAN = {
     "no division": (
         lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))),
-        "divides by the number of elements it averages",
+        ("value", "no-division"),
     ),
     "divided by numel": (
         lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))) / math.prod(a[1]),
-        "not by the number of elements of x",
+        ("value", "divided-by-numel"),
     ),
     "one dim's size only": (
         lambda *a: (
@@ -269,19 +293,19 @@ WRONG_MEAN = {
             * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
             / a[1][a[2] if isinstance(a[2], int) else a[2][0]]
         ),
-        "the product of their sizes",
+        ("value", "one-dim-size"),
     ),
-    "ignores keepdim": (mean_vjp_always_unsqueeze, "with keepdim=True they are already there"),
-    "unsqueeze in the given order": (mean_vjp_given_order, "in increasing order of d % x.dim()"),
-    "lost dtype": (lambda *a: mean_vjp_unsqueeze(*a).float(), "Dtype"),
+    "ignores keepdim": (mean_vjp_always_unsqueeze, ("raised", None)),
+    "unsqueeze in the given order": (mean_vjp_given_order, ("raised", None)),
+    "lost dtype": (lambda *a: mean_vjp_unsqueeze(*a).float(), ("dtype", None)),
     "autograd": (
         lambda v, x_shape, dim, keepdim: torch.autograd.grad(
             torch.zeros(x_shape, dtype=v.dtype, requires_grad=True).mean(dim, keepdim), v
         )[0],
-        "used autograd",
+        ("off-limits", None),
     ),
-    "jacobian as a matrix": (mean_vjp_by_matrix, "built the Jacobian of the mean"),
-    "not implemented": (not_implemented, "NotImplementedError"),
+    "jacobian as a matrix": (mean_vjp_by_matrix, ("contract", "built-jacobian")),
+    "not implemented": (not_implemented, ("not-implemented", None)),
 }
 
 
@@ -404,6 +428,21 @@ def hvp_requires_grad_in_place(f, params, vs):
     return torch.autograd.grad(sum((g * v).sum() for g, v in zip(grads, vs)), params, materialize_grads=True)
 
 
+def hvp_graph_kept(f, params, vs):
+    ps = copies(params)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
+    dot = sum((g * v).sum() for g, v in zip(grads, vs))
+    return torch.autograd.grad(dot, ps, create_graph=True, materialize_grads=True)  # the answer keeps a graph
+
+
+def hvp_linear_means_zero(f, params, vs):
+    """The rule "f is linear in p, so p's block is zero", applied to Σ p ⊙ q (whose p-block is v_q)."""
+    blocks = list(hvp_materialize(f, params, vs))
+    if [tuple(p.shape) for p in params] == [(3,), (3,)]:  # the coupled case, f = Σ p ⊙ q + Σ tanh(q)²
+        blocks[0] = torch.zeros_like(blocks[0])
+    return blocks
+
+
 def hvp_flat(f, params, vs):
     return torch.cat([h.reshape(-1) for h in hvp_materialize(f, params, vs)])
 
@@ -411,33 +450,38 @@ def hvp_flat(f, params, vs):
 WRONG_HVP = {
     "gradient list": (
         lambda f, params, vs: (lambda ps: torch.autograd.grad(f(*ps), ps, materialize_grads=True))(copies(params)),
-        "that is the gradient",
+        ("value", "gradient"),
     ),
     "gradient times v": (
         lambda f, params, vs: [g * v for g, v in zip((lambda ps: torch.autograd.grad(f(*ps), ps))(copies(params)), vs)],
-        "element-wise",
+        ("value", "gradient-times-v"),
     ),
-    "no create_graph": (hvp_no_create_graph, "create_graph=True"),
-    "no allow_unused for a linear parameter": (hvp_not_allow_unused, "materialize_grads=True"),
-    "None for a linear parameter": (hvp_nones, "returned None for parameter 1"),
-    "no cross terms": (hvp_no_cross_terms, "the cross terms are missing"),
-    "Hessian row by row": (hvp_hessian_rows, "tensor ops"),
-    "Hessian batched": (hvp_hessian_batched, "created a tensor of"),
+    "no create_graph": (hvp_no_create_graph, ("raised", "no_graph")),
+    "no allow_unused for a linear parameter": (hvp_not_allow_unused, ("raised", "unused")),
+    "None for a linear parameter": (hvp_nones, ("type", "none-block")),
+    "no cross terms": (hvp_no_cross_terms, ("value", "no-cross-terms")),
+    "Hessian row by row": (hvp_hessian_rows, ("contract", "built-hessian")),
+    "Hessian batched": (hvp_hessian_batched, ("contract", "built-hessian")),
     "autograd.functional.hvp": (
         lambda f, params, vs: torch.autograd.functional.hvp(f, tuple(params), tuple(vs))[1],
-        "torch.autograd.functional.hvp",
+        ("off-limits", "`torch.autograd.functional.hvp`"),
     ),
     "torch.func forward over reverse": (
         lambda f, params, vs: torch.func.jvp(torch.func.grad(lambda ps: f(*ps)), (tuple(params),), (tuple(vs),))[1],
-        "torch.func",
+        ("off-limits", None),
     ),
-    "requires_grad_ on the caller's tensors": (hvp_requires_grad_in_place, "switched on requires_grad"),
+    "create_graph=True on the second pass": (hvp_graph_kept, ("contract", "keeps-graph")),
+    "linear in p taken to mean a zero p-block": (hvp_linear_means_zero, ("value", "zero-block")),
+    "requires_grad_ on the caller's tensors": (
+        hvp_requires_grad_in_place,
+        ("changed-input", "requires-grad-switched-on"),
+    ),
     "v H v, a scalar": (
         lambda f, params, vs: sum((h * v).sum() for h, v in zip(hvp_materialize(f, params, vs), vs)),
-        "single number",
+        ("shape", "one-number"),
     ),
-    "one flat tensor": (hvp_flat, "reshape or transpose back"),
-    "not implemented": (lambda f, params, vs: not_implemented(), "NotImplementedError"),
+    "one flat tensor": (hvp_flat, ("shape", "layout")),
+    "not implemented": (lambda f, params, vs: not_implemented(), ("not-implemented", None)),
 }
 
 
@@ -471,6 +515,12 @@ def test_cases_are_not_trivial():
     f, params, vs = _hvp_cases()[4].args
     H = torch.autograd.functional.hessian(f, tuple(params))
     assert H[0][2].abs().max() > 1e-3
+    # the coupled case: f is linear in p, yet p's block of H v is v_q (not zero)
+    f, params, vs = _hvp_cases()[6].args
+    H = torch.autograd.functional.hessian(f, tuple(params))
+    assert torch.equal(H[0][0], torch.zeros(3, 3, dtype=torch.float64)) and torch.equal(
+        H[0][1], torch.eye(3, dtype=torch.float64)
+    )
     # the large case: a Hessian of 2,000² float64 numbers would take about 31 MiB
     assert sum(p.numel() for p in _hvp_large().args[1]) == 2000
     # softmax: every kind of dim, a non-contiguous y, a row with exact zeros next to an ordinary row

@@ -37,26 +37,22 @@ def f(x: torch.Tensor) -> torch.Tensor:
     return x**2 * torch.sin(x)
 
 
-DERIVATIVE_MISTAKES = (
-    Mistake(
-        "only-u'v",
-        "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).",
-        lambda x: 2 * x * torch.sin(x),
-    ),
-    Mistake(
-        "only-uv'",
-        "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).",
-        lambda x: x**2 * torch.cos(x),
-    ),
-    Mistake(
-        "sign",
-        "sign error: d/dx sin(x) = +cos(x), so both terms are added.",
-        lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
-    ),
-    Mistake("power-rule", "power rule: d/dx x² = 2x (you used x).", lambda x: x * torch.sin(x) + x**2 * torch.cos(x)),
-    Mistake(
-        "u'v'", "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).", lambda x: 2 * x * torch.cos(x)
-    ),
+_DERIVATIVE_HINTS = {
+    "only-u'v": "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).",
+    "only-uv'": "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).",
+    "sign": "sign error: d/dx sin(x) = +cos(x), so both terms are added.",
+    "power-rule": "power rule: d/dx x² = 2x (you used x).",
+    "u'v'": "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).",
+}
+DERIVATIVE_MISTAKES = tuple(
+    Mistake(key, _DERIVATIVE_HINTS[key], compute)
+    for key, compute in {
+        "only-u'v": lambda x: 2 * x * torch.sin(x),
+        "only-uv'": lambda x: x**2 * torch.cos(x),
+        "sign": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+        "power-rule": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
+        "u'v'": lambda x: 2 * x * torch.cos(x),
+    }.items()
 )
 
 
@@ -116,44 +112,30 @@ _OVERFLOW = (
     "σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x."
 )
 
-SILU_MISTAKES = (
-    Mistake("only-sigma", "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).", _sig),
-    Mistake(
-        "only-x-sigma'",
-        "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).",
-        lambda x: x * _sig(x) * (1 - _sig(x)),
-    ),
-    Mistake(
-        "sigma'-is-sigma",
-        "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).",
-        lambda x: _sig(x) + x * _sig(x),
-    ),
-    Mistake(
-        "tanh-pattern",
-        "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.",
-        lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
-    ),
-    Mistake(
-        "denominator-not-squared",
-        "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².",
-        lambda x: _sig(x) + x * (1 - _sig(x)),
-    ),
-    Mistake(
-        "sign",
-        "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.",
-        lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
-    ),
-    Mistake(
-        "u'v'",
-        "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.",
-        lambda x: _sig(x) * (1 - _sig(x)),
-    ),
-    Mistake(
-        "x-missing",
-        "the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x))).",
-        lambda x: _sig(x) + _sig(x) * (1 - _sig(x)),
-    ),
-    Mistake("overflow", _OVERFLOW, _exp_form),
+_SILU_HINTS = {
+    "only-sigma": "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).",
+    "only-x-sigma'": "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).",
+    "sigma'-is-sigma": "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).",
+    "tanh-pattern": "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.",
+    "denominator-not-squared": "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².",
+    "sign": "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.",
+    "u'v'": "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.",
+    "x-missing": "the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x))).",
+    "overflow": _OVERFLOW,
+}
+SILU_MISTAKES = tuple(
+    Mistake(key, _SILU_HINTS[key], compute)
+    for key, compute in {
+        "only-sigma": _sig,
+        "only-x-sigma'": lambda x: x * _sig(x) * (1 - _sig(x)),
+        "sigma'-is-sigma": lambda x: _sig(x) + x * _sig(x),
+        "tanh-pattern": lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
+        "denominator-not-squared": lambda x: _sig(x) + x * (1 - _sig(x)),
+        "sign": lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
+        "u'v'": lambda x: _sig(x) * (1 - _sig(x)),
+        "x-missing": lambda x: _sig(x) + _sig(x) * (1 - _sig(x)),
+        "overflow": _exp_form,
+    }.items()
 )
 
 

@@ -123,48 +123,36 @@ def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
     return z / t.to(x.dtype)
 
 
-SCALED_GRADIENT_MISTAKES = (
-    Mistake(
-        "mean-cut",
-        "the mean still leaves the graph (`.item()`, `.detach()` or `float()` make it a constant): the gradient "
-        "that flows through the mean is missing. Keep `x.mean()` a tensor in the graph.",
-        lambda x, t: _scaled(x, t, mean=False),
-    ),
-    Mistake(
-        "std-cut",
-        "the std is still a constant (rebuilt with `torch.tensor(...)`, or detached): the gradient through the std "
-        "is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).",
-        lambda x, t: _scaled(x, t, std=False),
-    ),
-    Mistake(
-        "mean-and-std-cut",
-        "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path "
-        "x -> output is in the graph.",
-        lambda x, t: _scaled(x, t, mean=False, std=False),
-    ),
-    Mistake(
-        "clamp-hidden",
-        "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): "
-        "scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
-        lambda x, t: _scaled(x, t, clamp="hidden"),
-    ),
+_SCALED_GRADIENT_HINTS = {
+    "mean-cut": "the mean still leaves the graph (`.item()`, `.detach()` or `float()` make it a constant): the gradient that flows through the mean is missing. Keep `x.mean()` a tensor in the graph.",
+    "std-cut": "the std is still a constant (rebuilt with `torch.tensor(...)`, or detached): the gradient through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).",
+    "mean-and-std-cut": "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path x -> output is in the graph.",
+    "clamp-hidden": "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
+}
+SCALED_GRADIENT_MISTAKES = tuple(
+    Mistake(key, _SCALED_GRADIENT_HINTS[key], compute)
+    for key, compute in {
+        "mean-cut": lambda x, t: _scaled(x, t, mean=False),
+        "std-cut": lambda x, t: _scaled(x, t, std=False),
+        "mean-and-std-cut": lambda x, t: _scaled(x, t, mean=False, std=False),
+        "clamp-hidden": lambda x, t: _scaled(x, t, clamp="hidden"),
+    }.items()
 )
 
-SCALED_VALUE_MISTAKES = (
-    Mistake(
-        "no-clamp", "the scores are not capped at ±3 (the clamp is missing).", lambda x, t: _scaled(x, t, clamp="none")
-    ),
-    Mistake(
-        "biased-std",
-        "x.std() divides by N - 1 (the default); you divided by N (correction=0).",
-        lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
-    ),
-    Mistake("times-temperature", "divide by the temperature, not multiply.", lambda x, t: _scaled(x, t) * t * t),
-    Mistake(
-        "clamped-x",
-        "clamp the standardised scores, not x itself.",
-        lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
-    ),
+_SCALED_VALUE_HINTS = {
+    "no-clamp": "the scores are not capped at ±3 (the clamp is missing).",
+    "biased-std": "x.std() divides by N - 1 (the default); you divided by N (correction=0).",
+    "times-temperature": "divide by the temperature, not multiply.",
+    "clamped-x": "clamp the standardised scores, not x itself.",
+}
+SCALED_VALUE_MISTAKES = tuple(
+    Mistake(key, _SCALED_VALUE_HINTS[key], compute)
+    for key, compute in {
+        "no-clamp": lambda x, t: _scaled(x, t, clamp="none"),
+        "biased-std": lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
+        "times-temperature": lambda x, t: _scaled(x, t) * t * t,
+        "clamped-x": lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
+    }.items()
 )
 
 

@@ -1,11 +1,10 @@
 """Checkers for chapter 02 (the chain rule in tensor form): layers the learner derives by hand.
 
-The chapter derives the linear layer and a tanh MLP in full; the exercises ask for
-three layers it does not show: an embedding lookup with repeated indices, a
-numerically stable softmax cross-entropy, and LayerNorm. Every reference is
-computed by autograd in the input's dtype; every learner function runs with
-autograd out of reach (``no_autograd=True``), on non-square shapes, batches larger
-than one and several seeds, with the edges each exercise names.
+The chapter derives the linear layer and a tanh MLP in full; the exercises ask for three layers
+it does not show: an embedding lookup with repeated indices, a numerically stable softmax
+cross-entropy, and LayerNorm. Every reference is computed by autograd in the input's dtype; every
+learner function runs by hand (autograd and aten's backward kernels off limits), on non-square
+shapes, batches larger than one and several seeds, with the edges each exercise names.
 
 >>> check_embedding_backward(lambda idx, weight, G: torch.zeros_like(weight).index_add_(
 ...     0, idx.reshape(-1), G.reshape(-1, weight.shape[1])))
@@ -14,74 +13,23 @@ than one and several seeds, with the edges each exercise names.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator
-
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import Case, ExerciseError, check_function, check_function_outputs, seeded
-
-
-class OffLimits(RuntimeError):
-    """A learner's function called a library routine that does the exercise's work for it."""
-
-
-@contextlib.contextmanager
-def _off_limits(routines: tuple, why: str) -> Iterator[None]:
-    """Make each ``(owner, attribute)`` in ``routines`` raise :class:`OffLimits` while the block runs."""
-    saved = []
-
-    def refuse(shown: str) -> Callable:
-        def call(*args, **kwargs):
-            raise OffLimits(f"`{shown}` is off limits in this exercise: {why}")
-
-        return call
-
-    try:
-        for owner, attr, shown in routines:
-            # Tensor methods live on a C base class: restore by deleting the override, not by setattr.
-            own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
-            saved.append((owner, attr, own))
-            setattr(owner, attr, refuse(shown))
-        yield
-    finally:
-        for owner, attr, own in reversed(saved):
-            if own is _MISSING:
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, own)
-
-
-_MISSING = object()
-
-
-def _guarded(fn, routines: tuple, why: str):
-    """``fn`` with ``routines`` off limits during each call (a non-callable is passed on for the checker to report)."""
-    if not callable(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def guarded(*args):
-        with _off_limits(routines, why):
-            return fn(*args)
-
-    return guarded
-
-
-def _add_hint(error: ExerciseError, hint: str | None) -> ExerciseError:
-    """``error`` with ``hint`` added when the learner's own code raised (a shape error, typically),
-    but not when it called an off-limits routine: that message already says what to do."""
-    message = str(error)
-    if hint and " raised " in message and "OffLimits" not in message:
-        return ExerciseError(f"{message}\nHint: {hint}")
-    return ExerciseError(message)
-
+from autogradlab.checks.core import (
+    Case,
+    ExerciseError,
+    Mistake,
+    OffLimits,
+    Routine,
+    check_function,
+    check_function_outputs,
+    seeded,
+)
 
 # aten's own backward kernels compute these exercises' answers in one call.
 _ATEN_BACKWARDS = tuple(
-    (torch.ops.aten, name, f"torch.ops.aten.{name}")
+    Routine(torch.ops.aten, name, f"`torch.ops.aten.{name}`")
     for name in (
         "embedding_backward",
         "embedding_dense_backward",
@@ -90,6 +38,11 @@ _ATEN_BACKWARDS = tuple(
         "native_layer_norm_backward",
     )
 )
+
+
+def _by_hand(why: str, routines=()) -> OffLimits:
+    return OffLimits(autograd=True, no_graph=True, routines=(*_ATEN_BACKWARDS, *routines), why=why)
+
 
 # --------------------------------------------------------------------------- embedding lookup
 
@@ -129,25 +82,35 @@ def _scatter(idx, weight, G, *, accumulate=True, average=False):
     return out
 
 
-EMBEDDING_MISTAKES = {
-    "repeated indices overwrite each other: `dW[idx] = G` (and `dW[idx] += G`) keeps ONE of the rows "
-    "that share an index. Every lookup of a token adds its gradient: use `index_add_`, `index_put_(..., "
-    "accumulate=True)` or a one-hot matmul.": lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
-    "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.": lambda idx, weight, G: (
-        _scatter(idx, weight, G, average=True)
-    ),
-    "every row got the gradient of every position: row v only receives G at the positions where idx == v.": lambda idx, weight, G: (
-        G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone()
-    ),
-    "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).": lambda idx, weight, G: (
-        _scatter(idx, weight, G) / idx.numel()
-    ),
+_EMBEDDING_HINTS = {
+    "overwrite": "repeated indices overwrite each other: `dW[idx] = G` (and `dW[idx] += G`) keeps ONE of the rows that share an index. Every lookup of a token adds its gradient: use `index_add_`, `index_put_(..., accumulate=True)` or a one-hot matmul.",
+    "mean-over-repeats": "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.",
+    "every-row": "every row got the gradient of every position: row v only receives G at the positions where idx == v.",
+    "over-positions": "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).",
 }
+EMBEDDING_MISTAKES = tuple(
+    Mistake(key, _EMBEDDING_HINTS[key], compute)
+    for key, compute in {
+        "overwrite": lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
+        "mean-over-repeats": lambda idx, weight, G: _scatter(idx, weight, G, average=True),
+        "every-row": lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
+        "over-positions": lambda idx, weight, G: _scatter(idx, weight, G) / idx.numel(),
+    }.items()
+)
 
-EMBEDDING_SHAPES = (
+_FLATTEN = (
     "flatten first: idx.reshape(-1) has K = idx.numel() entries and G.reshape(-1, D) has K rows; "
     "row k of G belongs to row idx[k] of the weight, whose gradient has the weight's shape (V, D)."
 )
+_FACTORS = (
+    "check each factor's dtype and shape: F.one_hot returns int64, so convert it (`.to(G.dtype)`) before a "
+    "matmul with G; and " + _FLATTEN
+)
+
+
+def _hinted(error: ExerciseError, hint: str) -> ExerciseError:
+    """``error`` with ``hint`` when the learner's code raised and no error kind named the cause."""
+    return error.but(hint=hint) if error.kind == "raised" and error.hint is None else error
 
 
 def check_embedding_backward(embedding_backward) -> None:
@@ -159,27 +122,32 @@ def check_embedding_backward(embedding_backward) -> None:
     """
     try:
         check_function(
-            _guarded(embedding_backward, _ATEN_BACKWARDS, "derive the gradient with indexing and sums"),
+            embedding_backward,
             _embedding_reference,
             _embedding_cases(),
             name="embedding_backward",
             mistakes=EMBEDDING_MISTAKES,
-            no_autograd=True,
+            error_hints={"size_mismatch": _FLATTEN},
+            off_limits=_by_hand(
+                "derive the gradient with indexing and sums: autograd and aten's backward kernels do it for you."
+            ),
         )
     except ExerciseError as error:
-        raise _add_hint(error, EMBEDDING_SHAPES) from None
+        raise _hinted(error, _FACTORS) from None
 
 
 # --------------------------------------------------------------------------- softmax cross-entropy
 
-_SOFTMAX_ROUTINES = (
-    *((torch, f, f"torch.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
-    *((torch.special, f, f"torch.special.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
-    *((F, f, f"F.{f}") for f in ("softmax", "log_softmax", "cross_entropy", "nll_loss")),
-    *((torch.Tensor, f, f"Tensor.{f}") for f in ("softmax", "log_softmax", "logsumexp")),
-    *_ATEN_BACKWARDS,
+_SOFTMAX_OFF = _by_hand(
+    "build the softmax and its log from exp, log, max and sum yourself.",
+    (
+        *(Routine(torch, f, f"`torch.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
+        *(Routine(torch.special, f, f"`torch.special.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
+        *(Routine(F, f, f"`F.{f}`") for f in ("softmax", "log_softmax", "cross_entropy", "nll_loss")),
+        *(Routine(torch.Tensor, f, f"`Tensor.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
+        *(Routine(torch.ops.aten, f, f"`torch.ops.aten.{f}`") for f in ("_softmax", "_log_softmax", "logsumexp")),
+    ),
 )
-_SOFTMAX_WHY = "build the softmax and its log from exp, log, max and sum yourself"
 
 
 def _cross_entropy_reference(z, y):
@@ -213,63 +181,47 @@ def _cross_entropy_cases() -> list[Case]:
     return [Case(c.args, c.label, context={"batch_size": c.args[0].shape[0]}) for c in cases]
 
 
-def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=True, softmax_dim=1):
+def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=True, softmax_dim=1, pick="rows"):
     """(loss, dz) of softmax cross-entropy, right by default; the options build the usual wrong forms."""
     m = {"row": z.amax(softmax_dim, keepdim=True), "global": z.max(), "none": torch.zeros((), dtype=z.dtype)}[shift]
     e = torch.exp(z - m)
     s = e.sum(softmax_dim, keepdim=True)
     p = e / s
-    rows = torch.arange(len(y))
+    rows = torch.arange(len(y)) if pick == "rows" else slice(None)
     log_p = torch.log(p) if log_of_softmax else z - m - torch.log(s)
     scale = len(z) if mean else 1
     target = F.one_hot(y, z.shape[1]).to(z.dtype) if onehot else 0
-    return -log_p[rows, y].sum() / scale, (p - target) / scale
+    return -log_p[rows, y].sum() / scale / (len(y) if pick == "block" else 1), (p - target) / scale
 
 
-CROSS_ENTROPY_MISTAKES = {
-    "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).": lambda z, y: (
-        _softmax_ce(z, y, mean=False)
-    ),
-    "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.": lambda z, y: (
-        _softmax_ce(z, y, onehot=False)
-    ),
-    "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.": lambda z, y: (
-        _softmax_ce(z, y, softmax_dim=0)
-    ),
-    "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().": lambda z, y: (
-        _softmax_ce(z, y)[0],
-        _softmax_ce(z, y)[1] / z.shape[1],
-    ),
+_OVERFLOW = (
+    "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
+    "and never take the log of a softmax that can underflow."
+)
+
+_CROSS_ENTROPY_HINTS = {
+    "no-mean": "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).",
+    "no-onehot": "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.",
+    "softmax-dim": "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.",
+    "mean-over-BC": "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().",
+    "column-block": "`z[:, y]` picks a (B, B) block, column y[m] of every row; the target logit of row n is `z[torch.arange(B), y]` (or `z.gather(1, y[:, None])`).",
+    "exp-overflow": "exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.",
+    "global-max": "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).",
+    "log-of-softmax": "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).",
 }
-
-
-def _overflow_hint(args, got) -> str:
-    """Name the instability behind an inf/NaN, trying the usual unstable forms on the same input."""
-    forms = {
-        "exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so "
-        "subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.": {
-            "shift": "none"
-        },
-        "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to "
-        "a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).": {
-            "shift": "global"
-        },
-        "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the "
-        "log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).": {"log_of_softmax": True},
-    }
-    for hint, options in forms.items():
-        wrong = _softmax_ce(*args, **options)
-        if all(
-            isinstance(g, torch.Tensor)
-            and g.shape == w.shape
-            and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-6, equal_nan=True)
-            for g, w in zip(got, wrong)
-        ):
-            return hint
-    return (
-        "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
-        "and never take the log of a softmax that can underflow."
-    )
+CROSS_ENTROPY_MISTAKES = tuple(
+    Mistake(key, _CROSS_ENTROPY_HINTS[key], compute)
+    for key, compute in {
+        "no-mean": lambda z, y: _softmax_ce(z, y, mean=False),
+        "no-onehot": lambda z, y: _softmax_ce(z, y, onehot=False),
+        "softmax-dim": lambda z, y: _softmax_ce(z, y, softmax_dim=0),
+        "mean-over-BC": lambda z, y: (_softmax_ce(z, y)[0], _softmax_ce(z, y)[1] / z.shape[1]),
+        "column-block": lambda z, y: _softmax_ce(z, y, pick="block"),
+        "exp-overflow": lambda z, y: _softmax_ce(z, y, shift="none"),
+        "global-max": lambda z, y: _softmax_ce(z, y, shift="global"),
+        "log-of-softmax": lambda z, y: _softmax_ce(z, y, log_of_softmax=True),
+    }.items()
+)
 
 
 def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
@@ -288,29 +240,23 @@ def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
     >>> check_softmax_cross_entropy(stable)
     ✓ softmax_cross_entropy matches the reference on 4 inputs (outputs loss, dz)
     """
-    last: dict = {}
-    guarded = _guarded(softmax_cross_entropy, _SOFTMAX_ROUTINES, _SOFTMAX_WHY)
-    if callable(guarded):
-        inner = guarded
-
-        def guarded(*args):
-            last["args"] = args
-            last["got"] = inner(*args)
-            return last["got"]
-
     try:
         check_function_outputs(
-            guarded,
+            softmax_cross_entropy,
             _cross_entropy_reference,
             _cross_entropy_cases(),
             name="softmax_cross_entropy",
             outputs=("loss", "dz"),
             mistakes=CROSS_ENTROPY_MISTAKES,
-            no_autograd=True,
+            error_hints={
+                "size_mismatch": "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against "
+                "z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
+            },
+            off_limits=_SOFTMAX_OFF,
         )
     except ExerciseError as error:
-        if "inf or NaN" in str(error) and isinstance(last.get("got"), (tuple, list)) and len(last["got"]) == 2:
-            raise ExerciseError(f"{error}\nHint: {_overflow_hint(last['args'], last['got'])}") from None
+        if error.kind == "not-finite" and error.mistake is None:
+            raise error.but(hint=_OVERFLOW, mistake="overflow") from None
         raise
 
 
@@ -378,41 +324,61 @@ def _layernorm_manual(
     return dx, dgamma_value, dbeta
 
 
-LAYERNORM_MISTAKES = {
-    "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ "
-    "and add the gradient that flows back along that path.": lambda *a: _layernorm_manual(*a, variance_term=False),
-    "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the "
-    "gradient that flows back through μ.": lambda *a: _layernorm_manual(*a, mean_term=False),
-    "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.": lambda *a: (
-        _layernorm_manual(*a, mean_term=False, variance_term=False)
-    ),
-    "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.": lambda *a: _layernorm_manual(*a, gamma_in_dx=False),
-    "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).": lambda *a: _layernorm_manual(*a, variance_sign=+1),
-    "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
-    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).": lambda *a: _layernorm_manual(*a, correction=1),
-    "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.": lambda *a: _layernorm_manual(
-        *a, eps_at="none"
-    ),
-    "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.": lambda x, gamma, beta, G, eps: (
-        _layernorm_manual(x, gamma, beta, G, 1e-5)
-    ),
-    "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.": lambda *a: _layernorm_manual(
-        *a, eps_at="outside"
-    ),
-    "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).": lambda *a: _layernorm_manual(
-        *a, dgamma="no xhat"
-    ),
-    "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.": lambda *a: (
-        _layernorm_manual(*a, dgamma="dim 0")
-    ),
-    "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.": lambda *a: (
-        _layernorm_manual(*a, dbeta_mean=True)
-    ),
-}
+def _ln(mistake: str, hint: str, **options) -> Mistake:
+    return Mistake(mistake, hint, lambda *args: _layernorm_manual(*args, **options))
 
-LAYERNORM_SHAPES = (
-    "reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the row); "
-    "dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last."
+
+LAYERNORM_MISTAKES = (
+    _ln(
+        "no-variance-path",
+        "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ "
+        "and add the gradient that flows back along that path.",
+        variance_term=False,
+    ),
+    _ln(
+        "no-mean-path",
+        "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the "
+        "gradient that flows back through μ.",
+        mean_term=False,
+    ),
+    _ln(
+        "constant-stats",
+        "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.",
+        mean_term=False,
+        variance_term=False,
+    ),
+    _ln("no-gamma", "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.", gamma_in_dx=False),
+    _ln("variance-sign", "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).", variance_sign=+1),
+    _ln(
+        "unbiased-var",
+        "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
+        "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
+        correction=1,
+    ),
+    _ln("no-eps", "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.", eps_at="none"),
+    Mistake(
+        "fixed-eps",
+        "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.",
+        lambda x, gamma, beta, G, eps: _layernorm_manual(x, gamma, beta, G, 1e-5),
+    ),
+    _ln(
+        "eps-outside", "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.", eps_at="outside"
+    ),
+    _ln(
+        "dgamma-no-xhat",
+        "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).",
+        dgamma="no xhat",
+    ),
+    _ln(
+        "dgamma-dim-0",
+        "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.",
+        dgamma="dim 0",
+    ),
+    _ln(
+        "dbeta-mean",
+        "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.",
+        dbeta_mean=True,
+    ),
 )
 
 
@@ -423,15 +389,16 @@ def check_layernorm_backward(layernorm_backward) -> None:
     >>> check_layernorm_backward(_layernorm_manual)
     ✓ layernorm_backward matches the reference on 4 inputs (outputs dx, dgamma, dbeta)
     """
-    try:
-        check_function_outputs(
-            _guarded(layernorm_backward, _ATEN_BACKWARDS, "derive the gradient with tensor operations"),
-            _layernorm_reference,
-            _layernorm_cases(),
-            name="layernorm_backward",
-            outputs=("dx", "dgamma", "dbeta"),
-            mistakes=LAYERNORM_MISTAKES,
-            no_autograd=True,
-        )
-    except ExerciseError as error:
-        raise _add_hint(error, LAYERNORM_SHAPES) from None
+    check_function_outputs(
+        layernorm_backward,
+        _layernorm_reference,
+        _layernorm_cases(),
+        name="layernorm_backward",
+        outputs=("dx", "dgamma", "dbeta"),
+        mistakes=LAYERNORM_MISTAKES,
+        error_hints="reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the "
+        "row); dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last.",
+        off_limits=_by_hand(
+            "derive the gradient with tensor operations: autograd and aten's backward kernels do it for you."
+        ),
+    )

@@ -2,17 +2,15 @@
 
 Each checker holds the contract its exercise states, not only the numbers:
 
-- The three VJP rules are "by hand": they run with autograd out of reach
-  (``no_autograd=True``), and the built-in that would do the work is refused
-  (``Tensor.sum_to_size`` for the broadcasting add).
-- "Without building J": one input is large enough that a Jacobian (or Hessian)
-  is hundreds of times bigger than any tensor the right answer needs. Every op
-  the learner's function runs is watched (a dispatch mode records the largest
-  tensor it creates and how many ops it runs), and an answer that builds J or H,
-  or loops over its rows, is rejected with the sizes it allocated.
-- The upstream vectors are random, never all ones (with v = ones every softmax
-  rule that is zero there looks right, and scale mistakes vanish); inputs cover
-  several dims, size-1 dims, non-contiguous views, float32 as well as float64.
+- The three VJP rules are by hand (autograd off limits, no graph), and the built-in that would
+  do the work is refused (``Tensor.sum_to_size`` for the broadcasting add).
+- "Without building J": one input is large enough that a Jacobian (or Hessian) is hundreds of
+  times bigger than any tensor the right answer needs. :class:`_Footprint` (a dispatch mode)
+  watches every op the learner's function runs, the largest tensor it creates and how many
+  ops; an answer that builds J or H, or loops over its rows, is rejected with the sizes.
+- The upstream vectors are random, never all ones (with v = ones every softmax rule that is
+  zero there looks right, and scale mistakes vanish); inputs cover several dims, size-1 dims,
+  non-contiguous views, float32 as well as float64.
 
 >>> check_softmax_vjp(lambda y, v, dim: y * v - y * (y * v).sum(dim, keepdim=True))
 ✓ softmax_vjp matches the reference on 9 inputs
@@ -20,32 +18,32 @@ Each checker holds the contract its exercise states, not only the numbers:
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import torch
 
 from autogradlab.checks.core import (
     Case,
     ExerciseError,
-    _autograd_entry_points,
-    call_learner,
+    LearnerCall,
+    Mistake,
+    OffLimits,
+    Routine,
+    _autograd_routines,
     check_function,
     compare,
     passed,
     seeded,
 )
 from autogradlab.torch_internals import TorchDispatchMode, tree_leaves
-from autogradlab.tracebacks import hint_for
 from autogradlab.units import format_bytes
 
 # --------------------------------------------------------------------------- shared parts
 
 
-class _Refused(RuntimeError):
-    """Raised when the learner's code calls a tool its exercise rules out."""
+class _OverBudget(RuntimeError):
+    """Raised inside the learner's code when it exceeds the checker's budget of bytes or ops."""
 
 
 class _Footprint(TorchDispatchMode):
@@ -68,95 +66,54 @@ class _Footprint(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 self.largest = max(self.largest, t.untyped_storage().nbytes())
         if not self.exceeded:
-            if self.largest > self.max_bytes:
-                self.exceeded = "bytes"
-            elif self.ops > self.max_ops:
-                self.exceeded = "ops"
+            self.exceeded = "bytes" if self.largest > self.max_bytes else "ops" if self.ops > self.max_ops else ""
             if self.exceeded:
-                raise _Refused(f"over the checker's budget ({self.exceeded})")
+                raise _OverBudget(f"over the checker's budget ({self.exceeded})")
         return out
-
-
-@contextlib.contextmanager
-def _refusing(entries: list[tuple[Any, str, str]]) -> Iterator[list[str]]:
-    """Replace each (owner, attribute) by a function that raises; yields the names the learner reached for."""
-    used: list[str] = []
-    saved = []
-
-    def refuse(what: str) -> Callable:
-        def refused(*args, **kwargs):
-            used.append(what)
-            raise _Refused(f"{what} is off limits in this exercise")
-
-        return refused
-
-    try:
-        for owner, attr, what in entries:
-            saved.append((owner, attr, getattr(owner, attr)))
-            setattr(owner, attr, refuse(what))
-        yield used
-    finally:
-        for owner, attr, original in reversed(saved):
-            setattr(owner, attr, original)
 
 
 def _bytes_of(args) -> int:
     return max((t.untyped_storage().nbytes() for t in tree_leaves(args) if isinstance(t, torch.Tensor)), default=0)
 
 
+def _clone(args: tuple) -> tuple:
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
 # An answer needs tensors the size of its inputs and output, a few at a time (an upcast
 # doubles them); a Jacobian of the large case below is n times bigger, n ≥ 128.
 _SIZE_SLACK = 16
+_BY_HAND = "this exercise asks for the VJP rule by hand, from tensor operations; autograd is only the reference."
 
 
-def _check_no_jacobian(fn, reference, case: Case, name: str, what_not: str, entries=()) -> None:
-    """Run ``fn`` on a large ``case`` by hand; reject it when it allocates a Jacobian-sized tensor or a refused tool.
-
-    Errors the learner's function raises are left for :func:`check_function` to report
-    (with its hint); only the footprint and refused tools are judged here.
-    """
-    needed = max(_bytes_of(case.args), _bytes_of(reference(*case.args)))
-    limit = _SIZE_SLACK * needed
-    mode = _Footprint(max_bytes=limit)
-    with _refusing(list(entries)) as used:
-        try:
-            with mode:
-                call_learner(fn, case.args, name, case.label, no_autograd=True)
-        except ExerciseError:
-            if not (mode.exceeded or used):
-                return
-    if used:
-        raise ExerciseError(f"`{name}` calls {used[0]} for {case.label}.\nHint: {_REFUSED_HINTS[name]}")
-    if mode.exceeded:
-        raise ExerciseError(
-            f"`{name}` built {what_not} for {case.label}: it created a tensor of {format_bytes(mode.largest)}, "
-            f"while its inputs and output take at most {format_bytes(needed)} each.\n"
-            f"Hint: a VJP rule never needs J: {_NO_JACOBIAN_HINTS[name]}"
-        )
-
-
-_REFUSED_HINTS = {
-    "sum_to_shape": "`sum_to_size` is the built-in this exercise asks you to write. Use `sum` over the dims "
-    "along which b was broadcast; compare with `sum_to_size` outside your function if you like.",
-}
-_NO_JACOBIAN_HINTS = {
-    "softmax_vjp": "expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice.",
-    "sum_to_shape": "each entry of b collects the upstream values of the positions it was copied to: a sum.",
-    "mean_vjp": "each input element gets the upstream value of its mean, divided by how many elements were averaged.",
-}
-
-
-def _check(fn, reference, cases, large: Case, *, name, what_not, mistakes, error_hint, refused=()) -> None:
+def _check_vjp(fn, reference, cases, large: Case, *, name, what_not, mistakes, error_hints, no_j, refused=()) -> None:
     """A by-hand VJP checker: first the footprint on the large case, then values on every case."""
-    _check_no_jacobian(fn, reference, large, name, what_not, refused)
+    off_limits = OffLimits(autograd=True, no_graph=True, routines=refused, why=_BY_HAND)
+    needed = max(_bytes_of(large.args), _bytes_of(reference(*large.args)))
+    footprint = _Footprint(max_bytes=_SIZE_SLACK * needed)
+    try:
+        with footprint:
+            LearnerCall(fn, name, off_limits, error_hints).on(large.label)(*_clone(large.args))
+    except ExerciseError as error:
+        if error.kind == "off-limits" or not footprint.exceeded:
+            raise
+    if footprint.exceeded:
+        raise ExerciseError(
+            "contract",
+            f"`{name}` built {what_not} for {large.label}: it created a tensor of {format_bytes(footprint.largest)}, "
+            f"while its inputs and output take at most {format_bytes(needed)} each.",
+            hint=f"a VJP rule never needs J: {no_j}",
+            mistake="built-jacobian",
+            measured={"largest_bytes": footprint.largest, "needed_bytes": needed},
+        )
     check_function(
-        _guarded(fn, refused),
+        fn,
         reference,
         [*cases, large],
         name=name,
-        mistakes={hint: _quiet(wrong) for hint, wrong in mistakes.items()},
-        error_hint=error_hint,
-        no_autograd=True,
+        mistakes=tuple(Mistake(m.id, m.hint, _quiet(m.compute)) for m in mistakes),
+        error_hints=error_hints,
+        off_limits=off_limits,
     )
 
 
@@ -166,22 +123,10 @@ def _quiet(wrong: Callable) -> Callable:
     def run(*args):
         try:
             return wrong(*args)
-        except Exception:
+        except Exception:  # noqa: BLE001  the slip does not apply to this input
             return None
 
     return run
-
-
-def _guarded(fn, refused) -> Callable:
-    """``fn`` with the refused tools out of reach during its own calls only (the references may use them)."""
-    if not callable(fn) or not refused:
-        return fn
-
-    def guarded(*args):
-        with _refusing(list(refused)):
-            return fn(*args)
-
-    return guarded
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -237,28 +182,27 @@ def _softmax_large() -> Case:
     return _softmax_case(x, -1, "y of shape (2, 1024)", 108)
 
 
-SOFTMAX_MISTAKES = {
-    "that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: "
-    "subtract y times (v · y summed over dim).": lambda y, v, dim: y * v,
-    "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.": lambda y, v, dim: (
-        y * (v - (v * y).sum())
-    ),
-    "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
-        y * (v - (v * y).sum(-1, keepdim=True))
-    ),
-    "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).": lambda y, v, dim: (
-        y * (v - (v * y).sum(0, keepdim=True))
-    ),
-    "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).": lambda y, v, dim: (
-        y * (v - v.sum(dim, keepdim=True))
-    ),
-    "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.": lambda y, v, dim: (
-        y * v - (v * y).sum(dim, keepdim=True)
-    ),
-    "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.": lambda y, v, dim: (
-        v - y * (v * y).sum(dim, keepdim=True)
-    ),
+_SOFTMAX_HINTS = {
+    "diagonal-only": "that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: subtract y times (v · y summed over dim).",
+    "sum-over-all": "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.",
+    "last-dim": "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).",
+    "dim-0": "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).",
+    "unweighted-sum": "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).",
+    "second-term-without-y": "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.",
+    "first-term-without-y": "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.",
 }
+SOFTMAX_MISTAKES = tuple(
+    Mistake(key, _SOFTMAX_HINTS[key], compute)
+    for key, compute in {
+        "diagonal-only": lambda y, v, dim: y * v,
+        "sum-over-all": lambda y, v, dim: y * (v - (v * y).sum()),
+        "last-dim": lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
+        "dim-0": lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)),
+        "unweighted-sum": lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
+        "second-term-without-y": lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
+        "first-term-without-y": lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
+    }.items()
+)
 
 
 def check_softmax_vjp(softmax_vjp) -> None:
@@ -267,7 +211,7 @@ def check_softmax_vjp(softmax_vjp) -> None:
     >>> check_softmax_vjp(lambda y, v, dim: y * (v - (v * y).sum(dim, keepdim=True)))
     ✓ softmax_vjp matches the reference on 9 inputs
     """
-    _check(
+    _check_vjp(
         softmax_vjp,
         _softmax_reference,
         _softmax_cases(),
@@ -275,8 +219,9 @@ def check_softmax_vjp(softmax_vjp) -> None:
         name="softmax_vjp",
         what_not="the Jacobian of each slice",
         mistakes=SOFTMAX_MISTAKES,
-        error_hint="work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts "
+        error_hints="work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts "
         "back against y; .view() fails on a non-contiguous y, reductions over `dim` do not.",
+        no_j="expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice.",
     )
 
 
@@ -333,19 +278,34 @@ def _sum_matched_from_the_left(grad, shape):
     return grad
 
 
-SUM_TO_SHAPE_MISTAKES = {
-    "always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast "
-    "(the leading dims b does not have, and its size-1 dims).": lambda grad, shape: grad.sum(0),
-    "only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it "
-    "with keepdim=True.": lambda grad, shape: _sum_leading(grad, shape),
-    "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.": lambda grad, shape: (
-        grad.sum_to_size(shape) * (math.prod(shape) / grad.numel())
-    ),
-    "broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims "
-    "of grad are on the left.": lambda grad, shape: _sum_matched_from_the_left(grad, shape),
-    "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, "
-    "grad is already the answer.": lambda grad, shape: grad.sum(()),
+def _stretched_summed(grad, shape):
+    """The leading dims summed away, then b's size-1 dims summed without keepdim (a slip)."""
+    grad = _sum_leading(grad, shape)
+    dims = tuple(i for i, size in enumerate(shape) if size == 1 and grad.shape[i] != 1)
+    return grad.sum(dims) if dims else grad
+
+
+_SUM_TO_SHAPE_HINTS = {
+    "dim-0": "always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast (the leading dims b does not have, and its size-1 dims).",
+    "leading-only": "only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it with keepdim=True.",
+    "no-keepdim": "a size-1 dim of b was summed away: sum over it with keepdim=True, so the result keeps b's shape.",
+    "mean": "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.",
+    "from-the-left": "broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims of grad are on the left.",
+    "reshape-sum": "grad.reshape(-1, *shape).sum(0) regroups elements in memory order: it matches the broadcast only when b's dims are all full size. Sum over the dims where b has size 1 (keepdim=True) instead.",
+    "empty-dims": "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, grad is already the answer.",
 }
+SUM_TO_SHAPE_MISTAKES = tuple(
+    Mistake(key, _SUM_TO_SHAPE_HINTS[key], compute)
+    for key, compute in {
+        "dim-0": lambda grad, shape: grad.sum(0),
+        "leading-only": _sum_leading,
+        "no-keepdim": _stretched_summed,
+        "mean": lambda grad, shape: grad.sum_to_size(shape) * (math.prod(shape) / grad.numel()),
+        "from-the-left": _sum_matched_from_the_left,
+        "reshape-sum": lambda grad, shape: grad.reshape(-1, *shape).sum(0),
+        "empty-dims": lambda grad, shape: grad.sum(()),
+    }.items()
+)
 
 
 def check_sum_to_shape(sum_to_shape) -> None:
@@ -358,7 +318,7 @@ def check_sum_to_shape(sum_to_shape) -> None:
     >>> check_sum_to_shape(sum_to_shape)
     ✓ sum_to_shape matches the reference on 12 inputs
     """
-    _check(
+    _check_vjp(
         sum_to_shape,
         _sum_to_shape_reference,
         _sum_to_shape_cases(),
@@ -366,9 +326,11 @@ def check_sum_to_shape(sum_to_shape) -> None:
         name="sum_to_shape",
         what_not="the Jacobian of the broadcast",
         mistakes=SUM_TO_SHAPE_MISTAKES,
-        error_hint="compare shapes from the right: grad's extra leading dims are summed away, "
-        "and dims where b has size 1 are summed with keepdim=True.",
-        refused=[(torch.Tensor, "sum_to_size", "`Tensor.sum_to_size`")],
+        error_hints="compare shapes from the right: grad's extra leading dims are summed away, and dims where b "
+        "has size 1 are summed with keepdim=True. Mind `grad.sum(dim=())`: an empty tuple of dims sums over EVERY "
+        "dim (a 0-dim result), so skip the sum when there is nothing to reduce.",
+        no_j="each entry of b collects the upstream values of the positions it was copied to: a sum.",
+        refused=(Routine(torch.Tensor, "sum_to_size", "`Tensor.sum_to_size`"),),
     )
 
 
@@ -427,25 +389,25 @@ def _mean_unsqueezed(v, x_shape, dim, keepdim):
     return v
 
 
-def _mean_count(x_shape, dim):
-    return math.prod(x_shape[d] for d in _dims(dim, len(x_shape)))
+def _mean_wrong(divide_by: Callable) -> Callable:
+    return lambda v, x_shape, dim, keepdim: (
+        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)) / divide_by(x_shape, dim)
+    )
 
 
-MEAN_MISTAKES = {
-    "x.mean(dim) divides by the number of elements it averages, and so does its VJP: each input element gets "
-    "v / (the product of the sizes of the reduced dims).": lambda v, x_shape, dim, keepdim: (
-        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)).clone()
-    ),
-    "the mean is over the reduced dims only: divide by the product of their sizes, not by the number of "
-    "elements of x.": lambda v, x_shape, dim, keepdim: (
-        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)) / math.prod(x_shape)
-    ),
-    "with several dims, the mean averages over all of them at once: divide by the product of their sizes, "
-    "not by the size of one of them.": lambda v, x_shape, dim, keepdim: (
-        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape))
-        / x_shape[(dim if isinstance(dim, int) else dim[0])]
-    ),
+_MEAN_HINTS = {
+    "no-division": "x.mean(dim) divides by the number of elements it averages, and so does its VJP: each input element gets v / (the product of the sizes of the reduced dims).",
+    "divided-by-numel": "the mean is over the reduced dims only: divide by the product of their sizes, not by the number of elements of x.",
+    "one-dim-size": "with several dims, the mean averages over all of them at once: divide by the product of their sizes, not by the size of one of them.",
 }
+MEAN_MISTAKES = tuple(
+    Mistake(key, _MEAN_HINTS[key], compute)
+    for key, compute in {
+        "no-division": _mean_wrong(lambda x_shape, dim: 1),
+        "divided-by-numel": _mean_wrong(lambda x_shape, dim: math.prod(x_shape)),
+        "one-dim-size": _mean_wrong(lambda x_shape, dim: x_shape[dim if isinstance(dim, int) else dim[0]]),
+    }.items()
+)
 
 
 def check_mean_vjp(mean_vjp) -> None:
@@ -461,7 +423,7 @@ def check_mean_vjp(mean_vjp) -> None:
     >>> check_mean_vjp(mean_vjp)
     ✓ mean_vjp matches the reference on 10 inputs
     """
-    _check(
+    _check_vjp(
         mean_vjp,
         _mean_reference,
         _mean_cases(),
@@ -469,9 +431,9 @@ def check_mean_vjp(mean_vjp) -> None:
         name="mean_vjp",
         what_not="the Jacobian of the mean",
         mistakes=MEAN_MISTAKES,
-        error_hint="with keepdim=False, v has lost the reduced dims: put each back with size 1 (unsqueeze, "
-        "in increasing order of d % x.dim()); with keepdim=True they are already there. Then "
-        "expand to x_shape.",
+        error_hints="with keepdim=False, v has lost the reduced dims: put each back with size 1 (unsqueeze, "
+        "in increasing order of d % x.dim()); with keepdim=True they are already there. Then expand to x_shape.",
+        no_j="each input element gets the upstream value of its mean, divided by how many elements were averaged.",
     )
 
 
@@ -511,9 +473,15 @@ _HVP_FUNCTIONS = [
         torch.float64,
     ),
     (
-        "f(w, s) = Σ tanh(A w)² + s · c: f is linear in s, so the s-block of H v is zero",
+        "f(w, s) = Σ tanh(A w)² + s · c: s enters only through s · c, with constant coefficients c",
         lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(),
         [(5,), (2,)],
+        torch.float64,
+    ),
+    (
+        "f(p, q) = Σ p ⊙ q + Σ tanh(q)²: linear in p, but its gradient in p is q",
+        lambda p, q: (p * q).sum() + (torch.tanh(q) ** 2).sum(),
+        [(3,), (3,)],
         torch.float64,
     ),
 ]
@@ -529,10 +497,10 @@ def _hvp_reference(f, params, vs):
     return list(torch.func.jvp(torch.func.grad(lambda ps: f(*ps)), (tuple(params),), (tuple(vs),))[1])
 
 
-def _two_passes(f, params, vs, *, cross_terms=True, create_graph=True):
-    """H v by reverse over reverse: the budget's yardstick, and (with a flag off) two typical mistakes."""
+def _two_passes(f, params, vs, *, cross_terms=True):
+    """H v by reverse over reverse: the budget's yardstick, and (without cross terms) a typical mistake."""
     ps = [p.detach().requires_grad_(True) for p in params]
-    grads = torch.autograd.grad(f(*ps), ps, create_graph=create_graph)
+    grads = torch.autograd.grad(f(*ps), ps, create_graph=True)
     if cross_terms:
         dot = sum((g * v).sum() for g, v in zip(grads, vs))
         return list(torch.autograd.grad(dot, ps, materialize_grads=True))
@@ -564,50 +532,41 @@ def _grads(f, params):
     return list(torch.autograd.grad(f(*ps), ps, materialize_grads=True))
 
 
-HVP_MISTAKES = {
-    "that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters "
-    "a second time.": lambda f, params, vs: _grads(f, params),
-    "∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate "
-    "Σᵢ ∇ᵢf · vᵢ with respect to the parameters.": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
-    "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, "
-    "Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.": lambda f, params, vs: (
-        _two_passes(f, params, vs, cross_terms=False)
-    ),
-}
+_ZERO_ONLY_IF = (
+    "a block of H v is zero only when its parameter p enters f through terms with constant coefficients, "
+    "f = cᵀp + g(other parameters): then ∇ₚf = c depends on nothing"
+)
 
-_HVP_SHORTCUTS = [entry for entry in _autograd_entry_points() if entry[1] not in ("backward", "grad")]
+_HVP_HINTS = {
+    "gradient": "that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters a second time.",
+    "gradient-times-v": "∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate Σᵢ ∇ᵢf · vᵢ with respect to the parameters.",
+    "no-cross-terms": "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.",
+    "zero-block": f"this block is not zero. Linear in a parameter does not make its block zero: {_ZERO_ONLY_IF}. For Σ p ⊙ q, ∇ₚf = q, so the p-block is v_q.",
+}
+HVP_MISTAKES = tuple(
+    Mistake(key, _HVP_HINTS[key], compute)
+    for key, compute in {
+        "gradient": lambda f, params, vs: _grads(f, params),
+        "gradient-times-v": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
+        "zero-block": lambda f, params, vs: [torch.zeros_like(p) for p in params],
+        "no-cross-terms": lambda f, params, vs: _two_passes(f, params, vs, cross_terms=False),
+    }.items()
+)
+
+_HVP_SHORTCUTS = OffLimits(
+    routines=tuple(r for r in _autograd_routines() if r.attr not in ("backward", "grad")),
+    why="this exercise asks for two reverse passes of torch.autograd.grad (or backward): torch.func and "
+    "torch.autograd.functional do it for you.",
+)
 
 _HVP_ERRORS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS
     "no_graph": "the first torch.autograd.grad needs create_graph=True: without it the gradients "
     "are plain tensors with no graph, and they cannot be differentiated again.",
-    "unused": "f is linear in one of the parameters, so its gradient does "
-    "not depend on any parameter and the second pass finds no path to it. "
-    "That zero is real here: pass materialize_grads=True (or "
-    "allow_unused=True and put zeros where you get None).",
-    "freed": "run the second pass once, on one scalar and all parameters "
-    "together, or keep the graph with retain_graph=True between passes.",
+    "unused": f"the second pass finds no path to a parameter when {_ZERO_ONLY_IF}. That zero is real: pass "
+    "materialize_grads=True (or allow_unused=True and put zeros where you get None).",
+    "freed": "run the second pass once, on one scalar and all parameters together, or keep the graph with "
+    "retain_graph=True between passes.",
 }
-
-
-def _hvp_failure(error: ExerciseError, mode: _Footprint, used: list[str], label: str, budget: str) -> ExerciseError:
-    if used:
-        return ExerciseError(
-            f"`hvp` calls {used[0]} for {label}.\nHint: this exercise asks for two reverse passes of "
-            "torch.autograd.grad (or backward): torch.func and torch.autograd.functional do it for you."
-        )
-    if mode.exceeded:
-        what = (
-            f"created a tensor of {format_bytes(mode.largest)}"
-            if mode.exceeded == "bytes"
-            else f"ran more than {mode.ops:,} tensor ops"
-        )
-        return ExerciseError(
-            f"`hvp` {what} for {label}; two reverse passes take {budget}.\n"
-            "Hint: H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
-            "Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more."
-        )
-    hint = hint_for(error, _HVP_ERRORS)
-    return ExerciseError(f"{error}\nHint: {hint}") if hint else error
 
 
 def check_hvp(hvp) -> None:
@@ -615,7 +574,7 @@ def check_hvp(hvp) -> None:
 
     Two reverse passes of torch.autograd.grad; no torch.func or torch.autograd.functional, no
     Hessian (n × n) and no loop over its rows: a 2,000-parameter case has a budget of ops and bytes
-    set by the double backward itself.
+    set by the double backward itself. The blocks come back as plain tensors, without a graph.
 
     >>> def hvp(f, params, vs):
     ...     ps = [p.detach().requires_grad_(True) for p in params]
@@ -623,73 +582,93 @@ def check_hvp(hvp) -> None:
     ...     dot = sum((g * v).sum() for g, v in zip(grads, vs))
     ...     return torch.autograd.grad(dot, ps, materialize_grads=True)
     >>> check_hvp(hvp)
-    ✓ hvp matches the reference on 7 inputs
+    ✓ hvp matches the reference on 8 inputs
     """
+    learner = LearnerCall(hvp, "hvp", _HVP_SHORTCUTS, _HVP_ERRORS)
     cases = [*_hvp_cases(), _hvp_large()]
     for case in cases:
         f, params, vs = case.args
-        expected = _hvp_reference(f, params, vs)
         yardstick = _Footprint()
         with yardstick:
             _two_passes(f, params, vs)
         # Generous: a few extra passes or flat copies pass; n passes or an n × n tensor (n = 2,000) do not.
-        max_bytes, max_ops = max(8 * yardstick.largest, 64 * 2**10), 4 * yardstick.ops + 200
-        budget = f"{yardstick.ops:,} ops and at most {format_bytes(yardstick.largest)} per tensor"
-        learner_params = [p.clone() for p in params]
-        learner_vs = [v.clone() for v in vs]
-        mode = _Footprint(max_bytes=max_bytes, max_ops=max_ops)
-        with _refusing(_HVP_SHORTCUTS) as used:
-            try:
-                with mode:
-                    got = call_learner(hvp, (f, learner_params, learner_vs), "hvp", case.label)
-            except ExerciseError as error:
-                raise _hvp_failure(error, mode, used, case.label, budget) from None
+        footprint = _Footprint(max_bytes=max(8 * yardstick.largest, 64 * 2**10), max_ops=4 * yardstick.ops + 200)
+        learner_params, learner_vs = [p.clone() for p in params], [v.clone() for v in vs]
+        try:
+            with footprint:
+                got = learner.on(case.label)(f, learner_params, learner_vs)
+        except ExerciseError as error:
+            if error.kind == "off-limits" or not footprint.exceeded:
+                raise
+        if footprint.exceeded:
+            what = (
+                f"created a tensor of {format_bytes(footprint.largest)}"
+                if footprint.exceeded == "bytes"
+                else f"ran more than {footprint.ops:,} tensor ops"
+            )
+            raise ExerciseError(
+                "contract",
+                f"`hvp` {what} for {case.label}; two reverse passes take {yardstick.ops:,} ops and at most "
+                f"{format_bytes(yardstick.largest)} per tensor.",
+                hint="H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
+                "Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more.",
+                mistake="built-hessian",
+            )
         _check_hvp_inputs(params, vs, learner_params, learner_vs, case.label)
-        _compare_blocks(got, expected, f, params, vs, case.label)
+        _compare_blocks(got, _hvp_reference(f, params, vs), f, params, vs, case.label)
     passed(f"hvp matches the reference on {len(cases)} inputs")
 
 
 def _check_hvp_inputs(params, vs, learner_params, learner_vs, label) -> None:
     if any(p.requires_grad for p in learner_params):
         raise ExerciseError(
-            f"`hvp` switched on requires_grad of the tensors it was given, for {label}.\n"
-            "Hint: that changes the caller's parameters; work on copies: p.detach().requires_grad_(True)."
+            "changed-input",
+            f"`hvp` switched on requires_grad of the tensors it was given, for {label}.",
+            hint="that changes the caller's parameters; work on copies: p.detach().requires_grad_(True).",
+            mistake="requires-grad-switched-on",
         )
-    for before, after in zip([*params, *vs], [*learner_params, *learner_vs]):
-        if not torch.equal(before, after.detach()):
-            raise ExerciseError(
-                f"`hvp` changed its input in place for {label}.\n"
-                "Hint: an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor."
-            )
+    if not all(torch.equal(a, b.detach()) for a, b in zip([*params, *vs], [*learner_params, *learner_vs])):
+        raise ExerciseError(
+            "changed-input",
+            f"`hvp` changed its input in place for {label}.",
+            hint="an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor.",
+        )
 
 
 def _compare_blocks(got, expected, f, params, vs, label) -> None:
     if isinstance(got, torch.Tensor) and len(params) > 1:
         raise ExerciseError(
-            f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.\n"
-            "Hint: return a list with one block of H v per parameter, each shaped like its parameter."
+            "type",
+            f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.",
+            hint="return a list with one block of H v per parameter, each shaped like its parameter.",
         )
-    if isinstance(got, torch.Tensor):
-        got = [got]
+    got = [got] if isinstance(got, torch.Tensor) else got
     if not isinstance(got, (list, tuple)) or len(got) != len(params):
+        length = f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
         raise ExerciseError(
+            "type",
             f"`hvp` should return a list of {len(params)} tensor(s) for {label}, one per parameter; "
-            f"it returned {type(got).__name__}{f' of length {len(got)}' if isinstance(got, (list, tuple)) else ''}.\n"
-            "Hint: torch.autograd.grad returns a tuple with one gradient per input: that is the right shape."
+            f"it returned {type(got).__name__}{length}.",
+            hint="torch.autograd.grad returns a tuple with one gradient per input: that is the right shape.",
         )
-    wrong = {hint: fn(f, params, vs) for hint, fn in HVP_MISTAKES.items()}
+    wrong = {m: m.compute(f, params, vs) for m in HVP_MISTAKES}
     for i, (block, reference) in enumerate(zip(got, expected)):
+        what = f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})"
         if block is None:
             raise ExerciseError(
-                f"`hvp` returned None for parameter {i} (shape {tuple(params[i].shape)}) for {label}.\n"
-                "Hint: allow_unused=True gives None where the second pass finds no path, here because f is "
-                "linear in that parameter: its block of H v is truly zero, so return zeros "
-                "(materialize_grads=True does that)."
+                "type",
+                f"`hvp` returned None for {what} for {label}.",
+                hint="allow_unused=True gives None where the second pass finds no path, here because "
+                f"{_ZERO_ONLY_IF}: that block of H v is truly zero, so return zeros (materialize_grads=True does that).",
+                mistake="none-block",
             )
-        compare(
-            block,
-            reference,
-            what=f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})",
-            label=label,
-            mistakes={hint: values[i] for hint, values in wrong.items()},
-        )
+        if isinstance(block, torch.Tensor) and block.requires_grad:
+            raise ExerciseError(
+                "contract",
+                f"{what} carries a graph of its own (grad_fn={block.grad_fn and block.grad_fn.name()}) for {label}.",
+                hint="only the first pass needs create_graph=True (its gradient is differentiated again); the "
+                "second pass returns the answer: without create_graph its blocks are plain tensors, and no graph "
+                "of two backward passes stays alive in memory.",
+                mistake="keeps-graph",
+            )
+        compare(block, reference, what=what, label=label, mistakes={m: values[i] for m, values in wrong.items()})
