@@ -1,11 +1,10 @@
 """Checkers for chapter 05 (custom autograd Functions): the learner passes a ``torch.autograd.Function`` class.
 
-A checker runs the class's forward against a reference, runs
-``torch.autograd.gradcheck`` on it itself, and compares its backward with
-autograd's gradients of the reference. When a gradient is wrong, the message
-says which input's gradient, by how much (the backward's Jacobian against a
-finite-difference one), and, if it matches a typical wrong backward, which
-mistake it is.
+:func:`check_autograd_function` runs the class's forward against a reference (recording what it saves),
+calls its ``backward`` directly, so a gradient of the wrong shape is seen before autograd would silently sum
+it to the input's shape, compares each gradient with autograd's gradient of the reference (naming a typical
+wrong backward when the answer matches one), and runs ``torch.autograd.gradcheck`` itself. Both styles of
+Function pass: ``forward(ctx, ...)`` and ``forward(...)`` with ``setup_context``.
 
 >>> class Square(torch.autograd.Function):
 ...     @staticmethod
@@ -23,159 +22,116 @@ mistake it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from autogradlab.checks.core import Case, ExerciseError, call_learner, compare, passed, seeded, tolerance
-from autogradlab.models.fixtures import jacobians
-from autogradlab.torch_internals import TorchFunctionMode
+from autogradlab.checks.core import (
+    Case,
+    ExerciseError,
+    LearnerCall,
+    Mistake,
+    OffLimits,
+    Routine,
+    compare,
+    passed,
+    seeded,
+)
+from autogradlab.graph.traverse import node_name, walk
 
-Grads = Callable[..., tuple]  # (*inputs, v) -> one gradient (or None) per input
+# What a Function's contract rules out: mistake id -> summary (filled per case) and hint.
+BROKEN = {
+    "not-a-function-class": "`{name}` should be a class deriving from torch.autograd.Function, but it is {shown}.",
+    "ctx-attribute": "The forward of `{name}` stored tensors as ctx attributes ({shown}) for {label}.",
+    "saves-too-much": "The forward of `{name}` saved {shown} for {label}; its backward needs fewer.",
+    "arity": "The backward of `{name}` returned {shown} for {label}.",
+    "ignores-needs-input-grad": "The backward of `{name}` computed a gradient for `{shown}` for {label}, an input that does not require grad.",
+    "none-gradient": "The backward of `{name}` returned None for `{shown}` for {label}, but that input requires grad.",
+}
+BROKEN_HINTS = {
+    "not-a-function-class": "pass the class itself, `{name}`, not an instance or a plain function.",
+    "ctx-attribute": "save tensors with ctx.save_for_backward(...) and read them with ctx.saved_tensors: only then does autograd check their version counter, avoid a reference cycle through the output, and let saved-tensor hooks (checkpointing, offloading) see them. Plain attributes are for non-tensors.",
+    "saves-too-much": "save only what backward reads: every saved tensor stays in memory until backward runs.",
+    "arity": "backward returns one gradient per forward input, in order, each with that input's shape.",
+    "ignores-needs-input-grad": "check ctx.needs_input_grad[i] and return None for inputs nobody asked a gradient for: that skips a whole matrix product for frozen weights or data.",
+    "none-gradient": "return its gradient: None is only for inputs that do not need one.",
+}
+
+
+def broken(mistake: str, name: str, label: str = "", shown: str = "") -> ExerciseError:
+    """The ExerciseError for a broken contract of :data:`BROKEN`."""
+    fields = {"name": name, "label": label, "shown": shown}
+    kind = "type" if mistake in ("not-a-function-class", "arity") else "contract"
+    summary, hint = BROKEN[mistake].format(**fields), BROKEN_HINTS[mistake].format(**fields)
+    return ExerciseError(kind, summary, hint=hint, mistake=mistake)
+
+
+def mistakes_of(hints: dict[str, str], slips: dict[str, Callable]) -> tuple[Mistake, ...]:
+    """One :class:`Mistake` per slip, with its hint: the tables below stay one line per entry."""
+    return tuple(Mistake(key, hints[key], slip) for key, slip in slips.items())
 
 
 def _apply_of(cls, name: str) -> Callable:
     """``cls.apply`` for a Function subclass (``cls.apply`` itself is accepted too)."""
     if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
         return cls.apply
-    owner = getattr(cls, "__self__", None)
-    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+    if isinstance(getattr(cls, "__self__", None), type) and issubclass(cls.__self__, torch.autograd.Function):
         return cls
-    raise ExerciseError(
-        f"`{name}` should be a class deriving from torch.autograd.Function (pass the class itself, `{name}`), "
-        f"but it is {type(cls).__name__ if not isinstance(cls, type) else 'the class ' + cls.__name__}."
+    raise broken(
+        "not-a-function-class", name, shown=f"the class {cls.__name__}" if isinstance(cls, type) else type(cls).__name__
     )
 
 
 def _leaves(args: tuple, frozen: Sequence[int]) -> list:
-    return [
-        a.detach().clone().requires_grad_(i not in frozen)
-        if isinstance(a, torch.Tensor) and a.is_floating_point()
-        else a
-        for i, a in enumerate(args)
-    ]
+    floating = lambda a: isinstance(a, torch.Tensor) and a.is_floating_point()
+    return [a.detach().clone().requires_grad_(i not in frozen) if floating(a) else a for i, a in enumerate(args)]
 
 
-def _grads_of(fn: Callable, args: tuple, frozen: Sequence[int], v: torch.Tensor) -> tuple:
+def _reference_grads(fn: Callable, args: tuple, frozen: Sequence[int], v: torch.Tensor) -> tuple:
     leaves = _leaves(args, frozen)
     wanted = [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
-    out = fn(*leaves)
-    grads = iter(torch.autograd.grad(out, wanted, v, allow_unused=True))
+    grads = iter(torch.autograd.grad(fn(*leaves), wanted, v))
     return tuple(next(grads) if isinstance(t, torch.Tensor) and t.requires_grad else None for t in leaves)
 
 
-def _explain_gradcheck(fn: Callable, args: tuple, names: Sequence[str], frozen: Sequence[int]) -> str:
-    lines, right = [], []
-    for i, (analytic, numeric) in enumerate(jacobians(fn, args)):
-        if i in frozen:
-            continue
-        diff = (analytic - numeric).abs()
-        worst = float(diff.max()) if diff.numel() else 0.0
-        scale = float(numeric.abs().max()) if numeric.numel() else 0.0
-        if not torch.isfinite(analytic).all():
-            lines.append(
-                f"the gradient of `{names[i]}` (input {i}) contains NaN or inf where the numerical one is finite"
-            )
-        elif worst > 1e-5 + 1e-3 * scale:
-            lines.append(
-                f"the gradient of `{names[i]}` (input {i}) is wrong: your backward's Jacobian and the numerical "
-                f"(finite-difference) one differ by up to {worst:.3g}, where their largest entry is {scale:.3g}"
-            )
-        else:
-            right.append(f"`{names[i]}`")
-    text = "; ".join(lines) if lines else "the gradients differ from the reference beyond float64 rounding"
-    if right:
-        text += f". The gradient{'s' if len(right) > 1 else ''} of {', '.join(right)} {'are' if len(right) > 1 else 'is'} right"
-    return text + "."
-
-
-def _run_gradcheck(fn: Callable, args: tuple, frozen: Sequence[int], name: str, label: str) -> bool:
-    leaves = tuple(_leaves(args, frozen))
-    try:
-        return torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=False)
-    except Exception as exc:  # a backward that raises inside gradcheck, reported like any learner error
-        raise ExerciseError(f"gradcheck could not run `{name}` for {label}: {type(exc).__name__}: {exc}") from None
-
-
-def _matches(got: tuple, wrong: tuple, dtype: torch.dtype) -> bool:
-    rtol, atol = tolerance(dtype)
-    pairs = [(g, w) for g, w in zip(got, wrong) if g is not None]
-    return bool(pairs) and all(
-        w is not None and g.shape == w.shape and torch.allclose(g.double(), w.double(), rtol=rtol, atol=atol)
-        for g, w in pairs
-    )
-
-
-class _CallRecorder(TorchFunctionMode):
-    """Records the name of every torch function called inside it (e.g. ``softplus``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.names: set[str] = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.add(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
-
-
-def _saved_by_forward(
-    apply: Callable, leaves: list, name: str, label: str, forbidden: Mapping[str, str] | None = None
-) -> tuple[object, list[tuple]]:
-    """Run the learner's forward, recording the shape of every tensor it saved with ``save_for_backward``.
-
-    ``forbidden`` maps a torch function name to the hint shown when the forward calls it.
-    """
-    packed: list[tuple] = []
-
-    def pack(t):
-        packed.append(tuple(t.shape))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _CallRecorder() as calls:
-        out = call_learner(apply, leaves, name, label)
-    for func, hint in (forbidden or {}).items():
-        if func in calls.names:
-            shown = func.removeprefix("linalg_")
-            raise ExerciseError(f"The forward of `{name}` calls torch's `{shown}` for {label}.\nHint: {hint}")
-    return out, packed
-
-
-def _check_ctx_contract(out, packed: list[tuple], name: str, label: str, max_saved: int | None) -> None:
-    """Tensors go through ``save_for_backward`` (version checks, no reference cycles, saved-tensor hooks)."""
-    ctx = getattr(out[0] if isinstance(out, tuple) else out, "grad_fn", None)
-    attributes = {k: v for k, v in getattr(ctx, "__dict__", {}).items() if isinstance(v, torch.Tensor)}
+def _forward(learner: LearnerCall, leaves: list, label: str) -> tuple:
+    """Run the learner's forward; return its output and (shape, dtype) of each tensor it saved."""
+    saved: list[tuple] = []
+    pack = lambda t: (saved.append((tuple(t.shape), t.dtype)), t)[1]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = learner.on(label)(*leaves)
+    attributes = [k for k, v in vars(getattr(out, "grad_fn", None) or object()).items() if isinstance(v, torch.Tensor)]
     if attributes:
-        names = ", ".join(f"ctx.{k}" for k in attributes)
-        raise ExerciseError(
-            f"The forward of `{name}` stored tensors as ctx attributes ({names}) for {label}.\n"
-            "Hint: save tensors with ctx.save_for_backward(...) and read them with ctx.saved_tensors: only then does "
-            "autograd check their version counter, avoid a reference cycle through the output, and let "
-            "saved-tensor hooks (checkpointing, offloading) see them. Plain attributes are for non-tensors."
-        )
-    if max_saved is not None and len(packed) > max_saved:
-        raise ExerciseError(
-            f"The forward of `{name}` saved {len(packed)} tensors (shapes {packed}) for {label}; its backward needs "
-            f"only {max_saved}.\nHint: save only what backward reads: every saved tensor stays in memory until "
-            "backward runs."
-        )
+        raise broken("ctx-attribute", learner.name, label, ", ".join(f"ctx.{k}" for k in attributes))
+    return out, saved
 
 
-def _check_skips_unneeded(
-    cls, out, v: torch.Tensor, frozen: Sequence[int], names: Sequence[str], name: str, label: str
-) -> None:
-    """Call the learner's backward directly: inputs that need no gradient must get None (nothing computed)."""
-    if not frozen or not isinstance(cls, type):
-        return
-    ctx = out.grad_fn
-    grads = call_learner(lambda: cls.backward(ctx, v), (), f"{name}.backward", label)
+def _backward(cls, out, v, leaves, frozen, names, name: str, label: str, hints: str | None) -> tuple:
+    """Call the learner's backward directly: one gradient per input, None exactly where no gradient is wanted."""
+    grads = LearnerCall(
+        lambda: cls.backward(out.grad_fn, v), f"{name}.backward", error_hints=hints, frozen_inputs=False
+    ).on(label)()
     grads = grads if isinstance(grads, tuple) else (grads,)
-    computed = [names[i] for i in frozen if i < len(grads) and grads[i] is not None]
-    if computed:
-        raise ExerciseError(
-            f"The backward of `{name}` computed a gradient for {', '.join(f'`{n}`' for n in computed)} for {label}, "
-            "where that input does not require grad.\nHint: check ctx.needs_input_grad[i] and return None for "
-            "inputs nobody asked a gradient for: that skips a whole matrix product for frozen weights or data."
-        )
+    if len(grads) != len(leaves):
+        raise broken("arity", name, label, f"{len(grads)} values for {len(leaves)} inputs ({', '.join(names)})")
+    for i, g in enumerate(grads):
+        if i in frozen and g is not None:
+            raise broken("ignores-needs-input-grad", name, label, names[i])
+        if g is None and isinstance(leaves[i], torch.Tensor) and leaves[i].requires_grad:
+            raise broken("none-gradient", name, label, f"{names[i]}` (input {i})")
+    return grads
+
+
+@contextlib.contextmanager
+def _naming(nonfinite: Mistake | None) -> Iterator[None]:
+    """Name ``nonfinite``'s slip on an inf or NaN that no listed mistake explained."""
+    try:
+        yield
+    except ExerciseError as error:
+        if error.kind == "not-finite" and error.mistake is None and nonfinite is not None:
+            raise error.but(hint=nonfinite.hint, mistake=nonfinite.id) from None
+        raise
 
 
 def check_autograd_function(
@@ -185,102 +141,93 @@ def check_autograd_function(
     reference: Callable,
     cases: Sequence[Case],
     input_names: Sequence[str],
-    mistakes: Mapping[str, Grads] | None = None,
-    error_hint: str | None = None,
-    nonfinite_hint: str | None = None,
+    mistakes: Sequence[Mistake] = (),
+    forward_mistakes: Sequence[Mistake] = (),
+    nonfinite: Mistake | None = None,
+    error_hints: str | None = None,
     max_saved: int | None = None,
-    forbidden: Mapping[str, str] | None = None,
+    saved_check: Callable[[list, torch.Tensor], Mistake | None] | None = None,
+    off_limits: OffLimits = OffLimits(),
+    gradcheck: bool = True,
     then: Callable[[], None] | None = None,
 ) -> None:
-    """Check a learner's ``torch.autograd.Function`` subclass: forward, gradcheck, and backward vs ``reference``.
+    """Check a learner's ``torch.autograd.Function`` subclass: forward, backward (called directly), gradcheck.
 
-    ``reference`` is plain differentiable torch code computing the same forward.
-    ``mistakes`` maps a hint to ``(*inputs, v) -> gradients`` of a typical wrong
-    backward. A case's ``context["frozen"]`` lists inputs that do not require grad:
-    the learner's backward must return None for them (``ctx.needs_input_grad``).
-    The forward must keep tensors in ``save_for_backward``, never as ctx
-    attributes, and save at most ``max_saved`` tensors when that is given; it must
-    not call the torch functions named in ``forbidden``. ``then`` runs the
-    exercise's own extra checks before the ✓ line is printed.
+    ``reference`` is plain differentiable torch code computing the same forward; its autograd gradients are
+    the expected backward. A :class:`Mistake`'s ``compute(*inputs, v)`` returns the gradients of a typical
+    wrong backward (``forward_mistakes``: ``compute(*inputs)``, a wrong forward); ``nonfinite`` names the slip
+    behind an inf or NaN that no listed mistake explains. A case's ``context["frozen"]`` lists inputs that do
+    not require grad: the backward must return None for them (``ctx.needs_input_grad``). The forward keeps
+    tensors in ``save_for_backward``, saves at most ``max_saved`` (``saved_check(saved, out)`` may name a
+    further slip in what is saved), and uses nothing ``off_limits`` rules out. ``then`` runs the exercise's
+    own extra checks before the ✓ line.
     """
     apply = _apply_of(cls, name)
+    owner = cls if isinstance(cls, type) else cls.__self__
+    forward = LearnerCall(apply, name, off_limits, error_hints, frozen_inputs=False)
     for case in cases:
-        frozen = tuple(case.context.get("frozen", ()))
-        label = case.label
+        frozen, label = tuple(case.context.get("frozen", ())), case.label
+        leaves = _leaves(case.args, frozen)
+        out, saved = _forward(forward, leaves, label)
         expected = reference(*[a.detach() if isinstance(a, torch.Tensor) else a for a in case.args])
-        out, packed = _saved_by_forward(apply, _leaves(case.args, frozen), name, label, forbidden)
-        _check_ctx_contract(out, packed, name, label, max_saved)
-        if isinstance(out, torch.Tensor) and torch.isfinite(expected).all() and not torch.isfinite(out.detach()).all():
+        if max_saved is not None and len(saved) > max_saved:
+            raise broken("saves-too-much", name, label, f"{len(saved)} tensors (shapes {[s for s, _ in saved]})")
+        slip = saved_check(saved, expected) if saved_check else None
+        if slip is not None:
             raise ExerciseError(
-                f"The forward of `{name}` gives inf or NaN for {label}, where the reference is finite."
-                + (f"\nHint: {nonfinite_hint}" if nonfinite_hint else "")
+                "contract", f"`{name}` saves more than backward needs ({label}).", hint=slip.hint, mistake=slip.id
             )
-        compare(out, expected, what=f"The forward of `{name}`", label=label)
+        with _naming(nonfinite):
+            wrong_forward = {m: m.compute(*case.args) for m in forward_mistakes}
+            compare(out, expected, what=f"The forward of `{name}`", label=label, mistakes=wrong_forward)
         v = torch.randn(expected.shape, generator=seeded(len(label)), dtype=expected.dtype)
-        _check_skips_unneeded(cls, out, v, frozen, input_names, name, label)
-        try:
-            got = call_learner(lambda: _grads_of(apply, case.args, frozen, v), (), f"{name}.backward", label)
-        except ExerciseError as error:
-            raise ExerciseError(f"{error}\nHint: {error_hint}" if error_hint else str(error)) from None
-        right = _grads_of(reference, case.args, frozen, v)
-        for i, (g, r) in enumerate(zip(got, right)):
-            if r is not None and g is None:
-                raise ExerciseError(
-                    f"The backward of `{name}` returned None for `{input_names[i]}` (input {i}) for {label}, "
-                    "but that input requires grad. Return its gradient (None is only for inputs that do not need one)."
-                )
-            if r is not None and g.shape != r.shape:
-                raise ExerciseError(
-                    f"The gradient of `{input_names[i]}` has shape {tuple(g.shape)} for {label}; "
-                    f"expected {tuple(r.shape)}, the shape of `{input_names[i]}`."
-                )
-        rtol, atol = tolerance(expected.dtype)
-        grads_ok = all(
-            r is None or torch.allclose(g.double(), r.double(), rtol=rtol, atol=atol) for g, r in zip(got, right)
-        )
-        finite = all(g is None or torch.isfinite(g).all() for g in got)
-        if grads_ok and _run_gradcheck(apply, case.args, frozen, name, label):
-            continue
-        explanation = _explain_gradcheck(apply, case.args, input_names, frozen)
-        message = f"gradcheck fails for `{name}` on {label}: {explanation}"
-        hint = next(
-            (h for h, wrong in (mistakes or {}).items() if _matches(got, wrong(*case.args, v), expected.dtype)), None
-        )
-        if hint is None and not finite and nonfinite_hint:
-            hint = nonfinite_hint
-        raise ExerciseError(message + (f"\nHint: {hint}" if hint else ""))
+        got = _backward(owner, out, v, leaves, frozen, input_names, name, label, error_hints)
+        wrong = [m.compute(*case.args, v) for m in mistakes]
+        context = {"batch_size": case.args[0].shape[0]} if case.args[0].dim() > 1 else {}
+        for i, r in enumerate(_reference_grads(reference, case.args, frozen, v)):
+            if r is not None:
+                with _naming(nonfinite):
+                    what = f"The gradient of `{input_names[i]}` that `{name}`'s backward returns"
+                    compare(
+                        got[i],
+                        r,
+                        what=what,
+                        label=label,
+                        context=context,
+                        mistakes={m: w[i] for m, w in zip(mistakes, wrong)},
+                    )
+        options = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "raise_exception": False}
+        if gradcheck and not torch.autograd.gradcheck(apply, tuple(_leaves(case.args, frozen)), **options):
+            hint = "run torch.autograd.gradcheck(Fn.apply, inputs) yourself on float64 inputs: it prints the Jacobian your backward gives next to the finite-difference one."
+            raise ExerciseError("value", f"gradcheck fails for `{name}` on {label}.", hint=hint, mistake="gradcheck")
     if then is not None:
         then()
     plural = "s" if len(cases) != 1 else ""
-    passed(f"{name}: forward, backward and gradcheck pass on {len(cases)} input{plural}")
+    what = "forward, backward and gradcheck pass" if gradcheck else "forward and backward match their definition"
+    passed(f"{name}: {what} on {len(cases)} input{plural}")
 
 
 def _f64(*shape, gen, scale=1.0, shift=0.0):
     return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
 
 
-# --------------------------------------------------------------------------- LinearFunction
+# --------------------------------------------------------------------------- LinearReLU
 
 
 def _linear_cases() -> list[Case]:
     gen = seeded(50)
-    cases = []
-    for n, d, e in [(3, 4, 2), (5, 2, 3), (1, 3, 2), (4, 3, 1)]:
-        cases.append(
-            Case((_f64(n, d, gen=gen), _f64(d, e, gen=gen), _f64(e, gen=gen)), f"x {(n, d)}, W {(d, e)}, b {(e,)}")
-        )
-    cases.append(
-        Case(
-            (_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen)),
-            "x (4, 3), W (3, 5), b (5,), where only W requires grad",
-            context={"frozen": (0, 2)},
-        )
-    )
+    shapes = [(3, 4, 2), (5, 2, 3), (1, 3, 2), (4, 3, 1)]
+    cases = [
+        Case((_f64(n, d, gen=gen), _f64(d, e, gen=gen), _f64(e, gen=gen)), f"x {(n, d)}, W {(d, e)}, b {(e,)}")
+        for n, d, e in shapes
+    ]
+    args = (_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen))
+    cases.append(Case(args, "x (4, 3), W (3, 5), b (5,), where only W requires grad", {"frozen": (0, 2)}))
     cases.append(
         Case(
             (_f64(6, 2, gen=gen), _f64(2, 3, gen=gen), _f64(3, gen=gen)),
             "x (6, 2) as data (no grad), W (2, 3), b (3,)",
-            context={"frozen": (0,)},
+            {"frozen": (0,)},
         )
     )
     cases.append(
@@ -292,46 +239,62 @@ def _linear_cases() -> list[Case]:
     return cases
 
 
-LINEAR_MISTAKES = {
-    "db averages G over the batch; b is added to every row, so its gradient is G.sum(0).": lambda x, W, b, G: (
-        G @ W.T,
-        x.T @ G,
-        G.mean(0),
-    ),
-    "dW = Xᵀ G was divided by the batch size: the upstream G already carries any 1/N of the loss.": lambda x, W, b, G: (
-        G @ W.T,
-        x.T @ G / x.shape[0],
-        G.sum(0),
-    ),
+def _linear_relu_grads(x, W, G, mask, dW_factor=1.0, db=torch.sum):
+    G = G * mask
+    return G @ W.T, x.T @ G * dW_factor, db(G, 0)
+
+
+LINEAR_RELU_HINTS = {
+    "no-mask": "ReLU passes the gradient only where its output is positive: multiply G by the mask before the three formulas.",
+    "db-mean": "b is added to every row, so its gradient is the masked G summed over the batch, not averaged.",
+    "dW-over-batch": "dW = xᵀ (G ⊙ mask) was divided by the batch size: the upstream G already carries any 1/N of the loss.",
+    "mask-inverted": "the mask is inverted: the gradient passes where the output is positive.",
 }
+LINEAR_RELU_MISTAKES = mistakes_of(
+    LINEAR_RELU_HINTS,
+    {
+        "no-mask": lambda x, W, b, G: _linear_relu_grads(x, W, G, 1.0),
+        "db-mean": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, db=torch.mean),
+        "dW-over-batch": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, 1 / x.shape[0]),
+        "mask-inverted": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b <= 0),
+    },
+)
+MASK_HINT = "ReLU's backward needs only where the output is positive: save the bool mask `out > 0` (1 byte per element) instead of the floating output (4 or 8 bytes per element)."
 
 
-def check_linear_function(LinearFunction) -> None:
-    """Check ``LinearFunction.apply(x, W, b)`` = x @ W + b with a hand-written backward.
+def _saves_float_output(saved: list, out: torch.Tensor) -> Mistake | None:
+    floats = [shape for shape, dtype in saved if shape == tuple(out.shape) and dtype.is_floating_point]
+    return Mistake("saves-float-output", MASK_HINT) if floats else None
 
-    >>> class LinearFunction(torch.autograd.Function):
+
+def check_linear_relu(LinearReLU) -> None:
+    """Check ``LinearReLU.apply(x, W, b)`` = relu(x @ W + b), a fused layer whose backward reads a bool mask.
+
+    >>> class LinearReLU(torch.autograd.Function):
     ...     @staticmethod
     ...     def forward(ctx, x, W, b):
-    ...         ctx.save_for_backward(x, W)
-    ...         return x @ W + b
+    ...         out = torch.relu(x @ W + b)
+    ...         ctx.save_for_backward(x, W, out > 0)
+    ...         return out
     ...     @staticmethod
     ...     def backward(ctx, G):
-    ...         x, W = ctx.saved_tensors
+    ...         x, W, mask = ctx.saved_tensors
+    ...         G = G * mask
     ...         need_x, need_W, need_b = ctx.needs_input_grad
     ...         return (G @ W.T if need_x else None), (x.T @ G if need_W else None), (G.sum(0) if need_b else None)
-    >>> check_linear_function(LinearFunction)
-    ✓ LinearFunction: forward, backward and gradcheck pass on 7 inputs
+    >>> check_linear_relu(LinearReLU)
+    ✓ LinearReLU: forward, backward and gradcheck pass on 7 inputs
     """
     check_autograd_function(
-        LinearFunction,
-        name="LinearFunction",
-        reference=lambda x, W, b: x @ W + b,
+        LinearReLU,
+        name="LinearReLU",
+        reference=lambda x, W, b: torch.relu(x @ W + b),
         cases=_linear_cases(),
         input_names=("x", "W", "b"),
-        mistakes=LINEAR_MISTAKES,
-        error_hint="backward returns one gradient per forward input, in order (x, W, b), each with that input's "
-        "shape: G Wᵀ for x, xᵀ G for W, G summed over the batch for b.",
-        max_saved=2,
+        mistakes=LINEAR_RELU_MISTAKES,
+        error_hints="backward returns one gradient per forward input, in order (x, W, b), each with that input's shape: (G ⊙ mask) Wᵀ for x, xᵀ (G ⊙ mask) for W, G ⊙ mask summed over the batch for b.",
+        max_saved=3,
+        saved_check=_saves_float_output,
     )
 
 
@@ -349,34 +312,48 @@ def _softplus_cases() -> list[Case]:
     ]
 
 
-def _softplus_grad(x, v):
-    return (v * torch.sigmoid(x),)
-
-
-SOFTPLUS_MISTAKES = {
-    "the backward forgot grad_output: multiply σ(x) by grad_output.": lambda x, v: (torch.sigmoid(x),),
-    "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.": lambda x, v: (
-        v * torch.exp(x),
-    ),
-    "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).": lambda x, v: (
-        v * torch.sigmoid(-x),
-    ),
-    "that is the softplus itself, not its derivative σ(x).": lambda x, v: (v * torch.nn.functional.softplus(x),),
+OVERFLOW_HINT = "eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never positive; σ(x) = torch.sigmoid(x) is stable."
+SOFTPLUS_HINTS = {
+    "overflow": OVERFLOW_HINT,
+    "no-grad-output": "the backward forgot grad_output: multiply σ(x) by grad_output.",
+    "exp-derivative": "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.",
+    "sigmoid-of-minus-x": "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).",
+    "softplus-as-derivative": "that is the softplus itself, not its derivative σ(x).",
 }
+SOFTPLUS_MISTAKES = mistakes_of(
+    SOFTPLUS_HINTS,
+    {
+        "overflow": lambda x, v: (v * torch.exp(x) / (1 + torch.exp(x)),),
+        "no-grad-output": lambda x, v: (torch.sigmoid(x),),
+        "exp-derivative": lambda x, v: (v * torch.exp(x),),
+        "sigmoid-of-minus-x": lambda x, v: (v * torch.sigmoid(-x),),
+        "softplus-as-derivative": lambda x, v: (v * torch.nn.functional.softplus(x),),
+    },
+)
+BUILD_IT_YOURSELF = OffLimits(
+    routines=(
+        Routine(torch.nn.functional, "softplus", "torch's `softplus`"),
+        Routine(torch, "logaddexp", "`torch.logaddexp`"),
+        Routine(torch.Tensor, "logaddexp", "`Tensor.logaddexp`"),
+    ),
+    why="this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one.",
+)
 
 
 def _check_softplus_precision(apply: Callable, name: str) -> None:
     """For very negative x, softplus(x) ≈ eˣ is tiny: an answer off by 100% of it hides under any absolute tolerance."""
     x = torch.tensor([-20.0, -40.0, -300.0], dtype=torch.float64)
-    got = call_learner(apply, (x,), name, "x = [−20, −40, −300]")
-    expected = torch.nn.functional.softplus(x)
-    relative = float(((got.detach() - expected).abs() / expected).max())
+    got = LearnerCall(apply, name, BUILD_IT_YOURSELF).on("x = [−20, −40, −300]")(x).detach()
+    relative = float(((got - torch.nn.functional.softplus(x)).abs() / torch.nn.functional.softplus(x)).max())
     if not relative <= 1e-12:
+        detail = f"For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got]} (relative error {relative:.3g})."
+        hint = "1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
         raise ExerciseError(
-            f"The forward of `{name}` loses the tiny values: for x = [−20, −40, −300] the true values are about "
-            f"[2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got.detach()]} "
-            f"(relative error {relative:.3g}).\nHint: 1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) "
-            "returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
+            "value",
+            f"The forward of `{name}` loses the tiny values.",
+            detail=detail,
+            hint=hint,
+            mistake="log-not-log1p",
         )
 
 
@@ -403,14 +380,9 @@ def check_softplus_function(StableSoftplus) -> None:
         cases=_softplus_cases(),
         input_names=("x",),
         mistakes=SOFTPLUS_MISTAKES,
-        nonfinite_hint="eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the "
-        "large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never "
-        "positive; σ(x) = torch.sigmoid(x) is stable.",
+        nonfinite=SOFTPLUS_MISTAKES[0],
         max_saved=2,
-        forbidden={
-            f: "this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one."
-            for f in ("softplus", "logaddexp")
-        },
+        off_limits=BUILD_IT_YOURSELF,
         then=lambda: _check_softplus_precision(_apply_of(StableSoftplus, name), name),
     )
 
@@ -420,15 +392,11 @@ def check_softplus_function(StableSoftplus) -> None:
 
 def _norm_cases() -> list[Case]:
     gen = seeded(52)
-    with_zero_row = _f64(4, 3, gen=gen)
-    with_zero_row[2] = 0.0
-    three_d = _f64(2, 3, 4, gen=gen)
-    three_d[1, 0] = 0.0
-    column = _f64(3, 1, gen=gen)
-    column[1] = 0.0
+    zero_row, three_d, column = _f64(4, 3, gen=gen), _f64(2, 3, 4, gen=gen), _f64(3, 1, gen=gen)
+    zero_row[2], three_d[1, 0], column[1] = 0.0, 0.0, 0.0
     return [
         Case((_f64(5, 3, gen=gen),), "x of shape (5, 3)"),
-        Case((with_zero_row,), "x of shape (4, 3) whose row 2 is all zeros"),
+        Case((zero_row,), "x of shape (4, 3) whose row 2 is all zeros"),
         Case((_f64(1, 5, gen=gen),), "x of shape (1, 5)"),
         Case((column,), "x of shape (3, 1) with a zero in row 1"),
         Case((three_d,), "x of shape (2, 3, 4) with one all-zero row"),
@@ -440,14 +408,33 @@ def _norm_grad(x, v):
     return v.unsqueeze(-1) * torch.where(norm > 0, x / norm.clamp_min(1e-300), 0.0)
 
 
-NORM_MISTAKES = {
-    "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).": lambda x, v: (
-        _norm_grad(x, torch.ones_like(v)),
-    ),
-    "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).": lambda x, v: (
-        v.unsqueeze(-1) * x,
-    ),
+NORM_HINTS = {
+    "no-grad-output": "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).",
+    "not-normalised": "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).",
+    "zero-division": "at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, even in a branch torch.where discards.",
+    "where-branch": "torch.where picks values, but the branch it discards is still computed and still differentiated: 0 · (NaN from x / 0) is NaN. Make the discarded branch finite too: divide by a denominator that is never 0 (torch.where(norm > 0, norm, 1)) before the where.",
+    "sqrt-in-backward": "your backward recomputes the norm with sqrt: differentiating it, sqrt's own backward at 0 divides by 2·√0, and no where after it can keep that NaN out (the cell above). Use the norm your forward saved, and divide by torch.where(norm > 0, norm, 1).",
+    "not-differentiable": "this exercise needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), no .detach()): a gradient penalty differentiates it.",
 }
+NORM_MISTAKES = mistakes_of(
+    NORM_HINTS,
+    {
+        "no-grad-output": lambda x, v: (_norm_grad(x, torch.ones_like(v)),),
+        "not-normalised": lambda x, v: (v.unsqueeze(-1) * x,),
+    },
+)
+USE_YOUR_OWN_NORM = OffLimits(
+    routines=tuple(
+        Routine(owner, attr, f"torch's `{attr}`")
+        for owner, attr in (
+            (torch.linalg, "vector_norm"),
+            (torch.linalg, "norm"),
+            (torch, "norm"),
+            (torch.Tensor, "norm"),
+        )
+    ),
+    why="this exercise is to write the norm's backward yourself; torch's norms bring their own.",
+)
 
 
 def _check_norm_double_backward(apply: Callable, name: str) -> None:
@@ -460,26 +447,20 @@ def _check_norm_double_backward(apply: Callable, name: str) -> None:
         (g,) = torch.autograd.grad(apply(leaf).sum(), leaf, create_graph=True)
         (gg,) = torch.autograd.grad((g**2).sum() + g.sum(), leaf)
     except RuntimeError as exc:
+        summary = f"The backward of `{name}` cannot be differentiated ({str(exc).splitlines()[0]})."
         raise ExerciseError(
-            f"The backward of `{name}` cannot be differentiated ({str(exc).splitlines()[0]}).\nHint: this exercise "
-            "needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), "
-            "no .detach()): "
-            "a gradient penalty differentiates it."
+            "contract", summary, hint=NORM_HINTS["not-differentiable"], mistake="not-differentiable"
         ) from None
     if not torch.isfinite(gg).all():
-        raise ExerciseError(
-            f"Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x.\n"
-            "Hint: torch.where picks values, but the branch it discards is still computed and still differentiated: "
-            "0 · (NaN from x / 0) is NaN. Make the discarded branch finite too: divide by a denominator that is "
-            "never 0 (torch.where(norm > 0, norm, 1)) before the where."
-        )
+        recomputed = "SqrtBackward0" in {node_name(n) for n in walk([g])[0]}
+        mistake = "sqrt-in-backward" if recomputed else "where-branch"
+        summary = f"Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x."
+        raise ExerciseError("not-finite", summary, hint=NORM_HINTS[mistake], mistake=mistake)
     x = _f64(3, 4, gen=gen).requires_grad_()
     if not torch.autograd.gradgradcheck(apply, (x,), eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=False):
-        raise ExerciseError(
-            f"gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are "
-            "wrong.\nHint: compute the backward with differentiable torch ops on the saved tensors, not under "
-            "torch.no_grad() or on .detach()ed copies, so autograd can differentiate it."
-        )
+        summary = f"gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are wrong."
+        hint = "compute the backward with differentiable torch ops on the saved tensors, not under torch.no_grad() or on .detach()ed copies, so autograd can differentiate it."
+        raise ExerciseError("value", summary, hint=hint, mistake="gradgradcheck")
 
 
 def check_safe_norm_function(SafeNorm) -> None:
@@ -506,14 +487,10 @@ def check_safe_norm_function(SafeNorm) -> None:
         cases=_norm_cases(),
         input_names=("x",),
         mistakes=NORM_MISTAKES,
-        error_hint="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
-        nonfinite_hint="at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, "
-        "even in a branch torch.where discards.",
+        nonfinite=Mistake("zero-division", NORM_HINTS["zero-division"]),
+        error_hints="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
         max_saved=2,
-        forbidden={
-            f: "this exercise is to write the norm's backward yourself; torch's norms bring their own."
-            for f in ("norm", "linalg_vector_norm", "linalg_norm")
-        },
+        off_limits=USE_YOUR_OWN_NORM,
         then=lambda: _check_norm_double_backward(_apply_of(SafeNorm, "SafeNorm"), "SafeNorm"),
     )
 
@@ -532,15 +509,39 @@ def _ste_cases() -> list[Case]:
     ]
 
 
-STE_MISTAKES = {
-    "that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through "
-    "where |x| ≤ 1.": lambda x, v: torch.zeros_like(v),
-    "that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and "
-    "returns 0 outside.": lambda x, v: v,
-    "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).": lambda x, v: v * (x.abs() < 1),
-    "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.": lambda x, v: v * x * (x.abs() <= 1),
-    "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.": lambda x, v: v * (x.abs() > 1),
+STE_HINTS = {
+    "true-derivative": "that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through where |x| ≤ 1.",
+    "plain-ste": "that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and returns 0 outside.",
+    "open-window": "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).",
+    "times-x": "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.",
+    "inverted-window": "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.",
+    "sign-of-zero": "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).",
+    "round": "the forward is sign(x), not round(x).",
+    "clamp": "the forward is sign(x), not the clamp (hardtanh) of x.",
 }
+STE_MISTAKES = mistakes_of(
+    STE_HINTS,
+    {
+        "true-derivative": lambda x, v: (torch.zeros_like(v),),
+        "plain-ste": lambda x, v: (v,),
+        "open-window": lambda x, v: (v * (x.abs() < 1),),
+        "times-x": lambda x, v: (v * x * (x.abs() <= 1),),
+        "inverted-window": lambda x, v: (v * (x.abs() > 1),),
+    },
+)
+STE_FORWARD_MISTAKES = mistakes_of(
+    STE_HINTS,
+    {
+        "sign-of-zero": lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
+        "round": torch.round,
+        "clamp": lambda x: x.clamp(-1, 1),
+    },
+)
+
+
+def _clipped_ste(x: torch.Tensor) -> torch.Tensor:
+    """sign(x) forward; clamp's gradient (1 where −1 ≤ x ≤ 1, both ends included) backward."""
+    return x.clamp(-1, 1) + (torch.sign(x) - x.clamp(-1, 1)).detach()
 
 
 def check_clipped_sign_ste(ClippedSignSTE) -> None:
@@ -558,39 +559,16 @@ def check_clipped_sign_ste(ClippedSignSTE) -> None:
     ...         (inside,) = ctx.saved_tensors
     ...         return grad * inside
     >>> check_clipped_sign_ste(ClippedSignSTE)
-    ✓ ClippedSignSTE: forward is sign(x), backward passes the gradient where |x| ≤ 1 on 4 inputs
+    ✓ ClippedSignSTE: forward and backward match their definition on 4 inputs
     """
-    name = "ClippedSignSTE"
-    apply = _apply_of(ClippedSignSTE, name)
-    cases = _ste_cases()
-    for case in cases:
-        (x,) = case.args
-        out, packed = _saved_by_forward(apply, _leaves(case.args, ()), name, case.label)
-        _check_ctx_contract(out, packed, name, case.label, max_saved=1)
-        compare(
-            out,
-            torch.sign(x),
-            what=f"The forward of `{name}`",
-            label=case.label,
-            mistakes={
-                "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).": torch.where(
-                    x >= 0, 1.0, -1.0
-                ).to(x.dtype),
-                "the forward is sign(x), not round(x).": torch.round(x),
-                "the forward is sign(x), not the clamp (hardtanh) of x.": x.clamp(-1, 1),
-            },
-        )
-        v = torch.randn(x.shape, generator=seeded(x.numel()), dtype=x.dtype)
-        (got,) = call_learner(lambda: _grads_of(apply, case.args, (), v), (), f"{name}.backward", case.label)
-        if got is None:
-            raise ExerciseError(
-                f"The backward of `{name}` returned None for {case.label}: then x gets no gradient at all."
-            )
-        compare(
-            got,
-            v * (x.abs() <= 1),
-            what=f"The gradient that `{name}` passes back",
-            label=case.label,
-            mistakes={hint: wrong(x, v) for hint, wrong in STE_MISTAKES.items()},
-        )
-    passed(f"{name}: forward is sign(x), backward passes the gradient where |x| ≤ 1 on {len(cases)} inputs")
+    check_autograd_function(
+        ClippedSignSTE,
+        name="ClippedSignSTE",
+        reference=_clipped_ste,
+        cases=_ste_cases(),
+        input_names=("x",),
+        mistakes=STE_MISTAKES,
+        forward_mistakes=STE_FORWARD_MISTAKES,
+        max_saved=1,
+        gradcheck=False,
+    )
