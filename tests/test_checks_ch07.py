@@ -1,24 +1,30 @@
-"""Chapter 07 checkers: correct alternatives pass, each plausible wrong answer gets its own hint."""
+"""Chapter 07 checkers: correct alternatives pass, each plausible wrong answer is rejected with the mistake it makes.
 
-import re
+Tests read the ExerciseError's fields (kind, mistake, hint), never its text.
+"""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from autogradlab.checks import ch07
 from autogradlab.checks.ch07 import (
     check_accumulation_loop,
     check_amp_accumulation_step,
-    check_rank_token_loss,
+    check_rank_window_losses,
     check_token_mean_window,
 )
 from autogradlab.checks.core import ExerciseError
 from autogradlab.models import token_accumulation
 
 
-def rejects(checker, answer, hint):
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
+def rejects(checker, answer, mistake, kind=None):
+    """The checker rejects ``answer``, naming ``mistake`` (and ``kind``) with a hint."""
+    with pytest.raises(ExerciseError) as info:
         checker(answer)
+    error = info.value
+    assert (error.mistake, error.kind if kind else None) == (mistake, kind), str(error)
+    assert error.hint is not None or error.kind == "not-implemented", str(error)
 
 
 def not_implemented(*args):
@@ -103,30 +109,36 @@ def loop_variant(kind):
 
 
 WRONG_LOOPS = {
-    "no divide": ("no_divide", "not divided by the window size"),
-    "divide by the whole list": ("divide_total", "whole list"),
-    "last window divided by K": ("partial_by_k", "the last, shorter window was divided by accum_steps"),
-    "last window dropped": ("partial_dropped", "never stepped"),
-    "step each micro-batch": ("step_each", "stepped after every micro-batch"),
-    "zero each micro-batch": ("zero_each", "only the window's last micro-batch counted"),
-    "never zero": ("never_zero", "never cleared after a step"),
-    "stale gradients kept": ("stale_kept", "stale gradients"),
-    "one backward per window": ("window_backward", "calling backward once for the window"),
-    "all forwards first": ("forwards_first", "all forward passes first"),
-    "gradients left at the end": ("grads_left", "still in .grad"),
-    "inputs mutated": ("mutate", "changed the caller's micro-batches in place"),
-    "autograd.grad instead of backward": ("autograd_grad", "no backward pass that wrote .grad"),
+    "no divide": ("no_divide", "no-divide"),
+    "divide by the whole list": ("divide_total", "divide-total"),
+    "last window divided by K": ("partial_by_k", "partial-by-k"),
+    "last window dropped": ("partial_dropped", "last-window-dropped"),
+    "step each micro-batch": ("step_each", "step-each"),
+    "zero each micro-batch": ("zero_each", "zero-each"),
+    "never zero": ("never_zero", "never-zero"),
+    "stale gradients kept": ("stale_kept", "stale-kept"),
+    "one backward per window": ("window_backward", "one-backward-per-window"),
+    "all forwards first": ("forwards_first", "forwards-first"),
+    "gradients left at the end": ("grads_left", "grads-left"),
+    "inputs mutated": ("mutate", "micro-batches-changed"),
+    "autograd.grad instead of backward": ("autograd_grad", "no-backward"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_LOOPS)
 def test_loop_mistakes_are_named(name):
-    kind, hint = WRONG_LOOPS[name]
-    rejects(check_accumulation_loop, loop_variant(kind), hint)
+    kind, mistake = WRONG_LOOPS[name]
+    rejects(check_accumulation_loop, loop_variant(kind), mistake)
 
 
-def test_loop_not_implemented_is_named():
-    rejects(check_accumulation_loop, not_implemented, "NotImplementedError")
+def test_not_implemented_is_named():
+    for checker in (
+        check_accumulation_loop,
+        check_token_mean_window,
+        check_amp_accumulation_step,
+        check_rank_window_losses,
+    ):
+        rejects(checker, not_implemented, None, kind="not-implemented")
 
 
 # --------------------------------------------------------------------------- exercise 2: the window's token mean
@@ -175,7 +187,20 @@ def window_ignore_index(model, micro_batches):
     return total
 
 
-@pytest.mark.parametrize("answer", [window_multiply, window_index_skip_empty, window_ignore_index])
+def window_divide_after(model, micro_batches):
+    """No look-ahead: backpropagate raw token sums, then divide .grad by the window's count."""
+    model.zero_grad(set_to_none=True)
+    total, n = 0.0, 0
+    for features, targets, mask in micro_batches:
+        loss = (token_losses(model, features, targets) * mask).sum()
+        loss.backward()
+        total, n = total + loss.item(), n + int(mask.sum())
+    for p in model.parameters():
+        p.grad /= n
+    return total / n
+
+
+@pytest.mark.parametrize("answer", [window_multiply, window_index_skip_empty, window_ignore_index, window_divide_after])
 def test_token_window_correct_alternatives_pass(answer, capsys):
     check_token_mean_window(answer)
     assert capsys.readouterr().out.startswith("✓ accumulate_token_mean")
@@ -204,6 +229,10 @@ def window_variant(kind):
             elif kind == "ignore_index_mean":  # cross_entropy's own mean, rescaled: 0/0 on an empty micro-batch
                 labels = torch.where(mask, targets, -100)
                 loss = F.cross_entropy(model(features).flatten(0, 1), labels.flatten()) * int(mask.sum()) / n
+            elif kind == "default_mean_k":  # cross_entropy's default: the mean over every position, then ÷K
+                loss = F.cross_entropy(model(features).flatten(0, 1), targets.flatten()) / k
+            elif kind == "mask_ignored":
+                loss = token_losses(model, features, targets).sum() / sum(m.numel() for _, _, m in micro_batches)
             else:
                 losses = token_losses(model, features, targets)
                 count = int(mask.sum())
@@ -233,80 +262,35 @@ def window_variant(kind):
 
 
 WRONG_WINDOWS = {
-    "own mean / K": ("own_mean_k", "each micro-batch's own token mean divided by K"),
-    "own mean": ("own_mean", "not divided by anything"),
-    "padding counted": ("padding", "padding and prompt tokens were counted"),
-    "positions": ("positions", "number of positions"),
-    "running count": ("running", "tokens seen SO FAR"),
-    "cross_entropy mean on an empty micro-batch": ("ignore_index_mean", "0/0 = NaN"),
-    "stale gradients kept": ("stale_kept", "before the call are still in the result"),
-    "one backward for the window": ("window_backward", "calling backward once for the window"),
-    "all forwards first": ("forwards_first", "all forward passes first"),
-    "caller's targets changed": ("mutate", "targets[~mask] = -100"),
-    "logged mean of means": ("logged_mean", "the mean of the micro-batch means"),
-    "course helper": ("course_helper", "off limits"),
-    "autograd.grad instead of backward": ("autograd_grad", "no backward pass that wrote .grad"),
+    "own mean / K": ("own_mean_k", "own-mean-k"),
+    "own mean": ("own_mean", "own-mean"),
+    "cross_entropy's default mean / K": ("default_mean_k", "default-mean-k"),
+    "padding counted": ("padding", "padding"),
+    "mask ignored": ("mask_ignored", "mask-ignored"),
+    "positions": ("positions", "positions"),
+    "running count": ("running", "running"),
+    "cross_entropy mean on an empty micro-batch": ("ignore_index_mean", "empty-micro-batch-nan"),
+    "stale gradients kept": ("stale_kept", "stale-kept"),
+    "one backward for the window": ("window_backward", "one-backward-per-window"),
+    "all forwards first": ("forwards_first", "forwards-first"),
+    "caller's targets changed": ("mutate", "micro-batches-changed"),
+    "logged mean of means": ("logged_mean", "logged-mean"),
+    "autograd.grad instead of backward": ("autograd_grad", "no-backward"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_WINDOWS)
 def test_token_window_mistakes_are_named(name):
-    kind, hint = WRONG_WINDOWS[name]
-    rejects(check_token_mean_window, window_variant(kind), hint)
+    kind, mistake = WRONG_WINDOWS[name]
+    rejects(check_token_mean_window, window_variant(kind), mistake)
 
 
-def test_course_helpers_work_again_after_a_check():
-    with pytest.raises(ExerciseError):
+def test_the_course_helpers_are_off_limits_and_work_again_after_a_check():
+    with pytest.raises(ExerciseError) as info:
         check_token_mean_window(window_variant("course_helper"))
+    assert info.value.kind == "off-limits" and info.value.mistake.startswith("autogradlab.models.token_accumulation.")
     batch = token_accumulation.token_batch(n_seqs=4)
     assert token_accumulation.accumulation_error(batch, 2, "token-mean").relative_error < 1e-12
-
-
-# --------------------------------------------------------------------------- exercise 4: rank token mean
-
-
-CORRECT_RANK = {
-    "sum times world": lambda l, m, n, w: (l * m).sum() * w / n,
-    "index": lambda l, m, n, w: l[m].sum() / (n / w),
-    "where": lambda l, m, n, w: torch.where(m, l, 0.0).sum() * (w / float(n)),
-}
-
-
-@pytest.mark.parametrize("name", CORRECT_RANK)
-def test_rank_loss_correct_alternatives_pass(name, capsys):
-    check_rank_token_loss(CORRECT_RANK[name])
-    assert capsys.readouterr().out.count("✓ rank_loss") == 2
-
-
-def skip_empty_rank(l, m, n, w):
-    if not m.any():
-        return torch.zeros((), dtype=l.dtype)
-    return (l * m).sum() * w / n
-
-
-def zero_padding_in_place(l, m, n, w):
-    l[~m] = 0
-    return l.sum() * w / n
-
-
-WRONG_RANK = {
-    "no world size": (lambda l, m, n, w: (l * m).sum() / n, "multiply the loss by world_size"),
-    "local mean": (lambda l, m, n, w: (l * m).sum() / m.sum(), "0/0 = NaN"),
-    "local mean, clamped": (lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1), "this rank's own token mean"),
-    "local mean / w": (lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) / w, "still a per-rank mean"),
-    "local mean * w": (lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) * w, "scales a per-rank mean"),
-    "padding": (lambda l, m, n, w: l.sum() * w / n, "padding tokens were counted"),
-    "mean times count": (lambda l, m, n, w: l[m].mean() * m.sum() * w / n, "0/0 = NaN"),
-    "empty rank skipped": (skip_empty_rank, "DDP's all-reduce waits for every rank"),
-    "in place": (zero_padding_in_place, "changed its input in place"),
-    "item": (lambda l, m, n, w: ((l * m).sum() * w / n).item(), "Python number"),
-    "per token": (lambda l, m, n, w: l * m * w / n, "a loss is a single number"),
-}
-
-
-@pytest.mark.parametrize("name", WRONG_RANK)
-def test_rank_loss_mistakes_are_named(name):
-    rejects(check_rank_token_loss, *WRONG_RANK[name])
 
 
 # --------------------------------------------------------------------------- exercise 3: AMP step
@@ -412,25 +396,123 @@ def amp_variant(kind):
 
 
 WRONG_AMP = {
-    "clip before unscale": ("clip_first", "clipping ran on the SCALED gradients"),
-    "no divide": ("no_divide", "not divided by the number of micro-batches"),
-    "no clip": ("no_clip", "the gradients were not clipped"),
-    "backward unscaled": ("backward_unscaled", "backward ran on the unscaled loss"),
-    "never scaled": ("no_scale_at_all", "scaler.scale(loss).backward()"),
-    "unscale each micro-batch": ("unscale_each", "unscale once per optimizer step"),
-    "step each micro-batch": ("step_each", "called scaler.step(optimizer) 3 times"),
-    "optimizer.step": ("optimizer_step", "skips the update when unscale_ found inf/NaN"),
-    "no update": ("no_update", "call scaler.update() once per optimizer step"),
-    "update before step": ("update_first", "before scaler.step"),
-    "no zero_grad": ("no_zero", "end with optimizer.zero_grad"),
-    "bf16 instead of fp16": ("bf16", "the exercise names float16"),
-    "no autocast": ("no_autocast", "not under fp16 autocast"),
-    "backward inside autocast": ("backward_in_autocast", "called backward inside the autocast region"),
-    "one backward for the window": ("window_backward", "calling backward once for the window"),
+    "clip before unscale": ("clip_first", "clip-first"),
+    "no divide": ("no_divide", "no-divide"),
+    "no clip": ("no_clip", "no-clip"),
+    "backward unscaled": ("backward_unscaled", "no-scale"),
+    "never scaled": ("no_scale_at_all", "scaler_never_scaled"),
+    "unscale each micro-batch": ("unscale_each", "scaler_unscaled_twice"),
+    "step each micro-batch": ("step_each", "scaler-step-each"),
+    "optimizer.step": ("optimizer_step", "optimizer-step"),
+    "no update": ("no_update", "update-count"),
+    "update before step": ("update_first", "update-before-step"),
+    "no zero_grad": ("no_zero", "grads-left"),
+    "bf16 instead of fp16": ("bf16", "bf16"),
+    "no autocast": ("no_autocast", "no-autocast"),
+    "backward inside autocast": ("backward_in_autocast", "backward-in-autocast"),
+    "one backward for the window": ("window_backward", "one-backward-per-window"),
 }
 
 
 @pytest.mark.parametrize("name", WRONG_AMP)
 def test_amp_mistakes_are_named(name):
-    kind, hint = WRONG_AMP[name]
-    rejects(check_amp_accumulation_step, amp_variant(kind), hint)
+    kind, mistake = WRONG_AMP[name]
+    rejects(check_amp_accumulation_step, amp_variant(kind), mistake)
+
+
+def amp_draft(model, optimizer, scaler, micro_batches, max_norm):
+    """The draft chapter 07 asks the learner to repair (four slips)."""
+    for inputs, targets in micro_batches:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(inputs), targets)
+            scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    optimizer.step()
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def test_the_chapters_draft_is_rejected_for_each_slip_in_turn():
+    rejects(check_amp_accumulation_step, amp_draft, "backward-in-autocast")
+
+
+# --------------------------------------------------------------------------- exercise 4: DDP × accumulation
+
+
+def rank_reference(micro_batches, world_size, all_reduce):
+    count = torch.zeros((), dtype=torch.float64)
+    for _, mask in micro_batches:
+        count += mask.sum()
+    all_reduce(count)
+    return [(losses * mask).sum() * world_size / count for losses, mask in micro_batches]
+
+
+def rank_indexed_int_count(micro_batches, world_size, all_reduce):
+    count = torch.stack([mask.sum() for _, mask in micro_batches]).sum()  # int64, as all_reduce leaves it
+    all_reduce(count)
+    share = count / world_size
+    return [losses[mask].sum() / share for losses, mask in micro_batches]
+
+
+def rank_where(micro_batches, world_size, all_reduce):
+    tokens = torch.tensor([float(sum(m.sum() for _, m in micro_batches))])
+    all_reduce(tokens)
+    return [torch.where(mask, losses, 0.0).sum() * (world_size / tokens[0]) for losses, mask in micro_batches]
+
+
+@pytest.mark.parametrize("answer", [rank_reference, rank_indexed_int_count, rank_where])
+def test_rank_window_correct_alternatives_pass(answer, capsys):
+    check_rank_window_losses(answer)
+    assert capsys.readouterr().out.startswith("✓ rank_window_losses")
+
+
+def rank_wrong(kind):
+    def answer(micro_batches, world_size, all_reduce):
+        count = sum(mask.sum() for _, mask in micro_batches).double()
+        if kind == "skip_empty_rank" and count == 0:
+            return [losses.sum() * 0 for losses, _ in micro_batches]
+        if kind == "returned_value":
+            count = all_reduce(count)
+        else:
+            all_reduce(count)
+        if kind == "in_place":
+            for losses, mask in micro_batches:
+                losses[~mask] = 0
+        out = []
+        for losses, mask in micro_batches:
+            total = (losses * mask).sum()
+            out.append(
+                {
+                    "own_mean": lambda: losses[mask].mean() / len(micro_batches),
+                    "mean_of_nothing": lambda: total * world_size / count if mask.any() else losses[mask].mean(),
+                    "item": lambda: (total * world_size / count).item(),
+                    "per_token": lambda: losses * mask * world_size / count,
+                }.get(kind, lambda: total * world_size / count)()  # noqa: B023  called at once
+            )
+        return sum(out) if kind == "one_loss" else out
+
+    return answer
+
+
+WRONG_RANKS = {
+    "this rank's count": (ch07._rank_variant("rank-count"), "rank-count"),
+    "a count per micro-batch": (ch07._rank_variant("micro-count"), "micro-count"),
+    "no × world_size": (ch07._rank_variant("no-world"), "no-world"),
+    "÷ world_size": (ch07._rank_variant("over-world"), "over-world"),
+    "÷ K on top": (ch07._rank_variant("divide-by-k"), "divide-by-k"),
+    "padding counted": (ch07._rank_variant("rank-padding"), "rank-padding"),
+    "an empty rank skips the all_reduce": (rank_wrong("skip_empty_rank"), "all-reduce-skipped"),
+    "own token mean ÷ K": (rank_wrong("own_mean"), "rank-own-mean"),
+    "an empty micro-batch's mean: 0/0": (rank_wrong("mean_of_nothing"), "empty-nan"),
+    "a Python number": (rank_wrong("item"), "no-graph"),
+    "per-token losses": (rank_wrong("per_token"), "not-a-scalar"),
+    "one loss for the window": (rank_wrong("one_loss"), "not-one-loss-per-micro-batch"),
+    "losses changed in place": (rank_wrong("in_place"), "micro-batches-changed"),
+    "all_reduce's return value used": (rank_wrong("returned_value"), "none_value"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_RANKS)
+def test_rank_window_mistakes_are_named(name):
+    rejects(check_rank_window_losses, *WRONG_RANKS[name])

@@ -1,60 +1,119 @@
 """Checkers for chapter 07 (gradient accumulation).
 
-Each checker runs the learner's code on small float64 (or fp16-autocast) models and
-holds the exercise's whole contract, not only the final numbers: the gradients or
-updates are compared with a reference computed in one pass by autograd, and a
-:class:`_Trace` records what happened on the way (how many forward and backward
-passes, in which order, whether backward ran under autocast, which dtype the
-forward used), so a right number reached the wrong way is still named. The edges
-the exercises name are in every check: stale gradients before the call, a last
-window shorter than ``accum_steps``, a micro-batch or rank with no counted token,
-a clip threshold both above and below the gradient norm, an overflowing window.
+Each checker runs the learner's step through :class:`~autogradlab.checks.core.LearnerCall` on
+seeded set-ups (:mod:`autogradlab.models.step_cases`, :mod:`autogradlab.models.token_accumulation`)
+and holds the exercise's whole contract: the gradients or updates are compared with a reference,
+and a :class:`_Trace` records how they were reached (forward and backward passes in order,
+backward under autocast, the forward's dtype), so a right number reached the wrong way is still
+named. The edges the exercises name are in every check: stale gradients, a shorter last window,
+micro-batches and ranks without a counted token, a clip threshold above and below the gradient
+norm, an overflowing window. :data:`HINTS` names every mistake; a :class:`Variant` of the
+reference step makes it, so a wrong result equal to a variant's is named exactly.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from autogradlab.checks.core import Case, ExerciseError, call_learner, check_function, compare, passed, seeded
-from autogradlab.checks.stateful import recorded_scaler_calls, run_variants, variants
-from autogradlab.models import token_accumulation
-from autogradlab.tracebacks import hint_for
+from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, passed
+from autogradlab.checks.stateful import Runs, recorded_scaler_calls, run_variants, variants
+from autogradlab.models import step_cases as cases
+from autogradlab.models import token_accumulation as tokens
+
+EMPTY = (
+    "a micro-batch with no counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's "
+    "mean when every target is ignored), and NaN × 0 is still NaN. A token SUM of no tokens is an exact 0."
+)
+
+#: mistake id → hint (the variants' errors are "value" errors from compare; the others' kinds are in _KINDS).
+HINTS = {
+    "no-backward": "accumulate with loss.backward(), once per micro-batch: autograd.grad does not write .grad.",
+    "one-backward-per-window": "one backward for the window's summed loss gives the same gradient, but keeps every micro-batch's graph alive to the end: the memory accumulation exists to save. Backward each micro-batch right after its forward.",
+    "forwards-first": "with all forward passes first, every micro-batch's graph is alive at once (the memory of the whole window): backward each micro-batch right after its forward.",
+    "backward-count": "each micro-batch's loss is backpropagated once; an extra backward adds its gradient again.",
+    "micro-batches-changed": "the data belongs to the caller (the next epoch reads it again): `targets[~mask] = -100` or `x /= ...` changes it. Make a new tensor: `torch.where(mask, targets, -100)`.",
+    "grads-left": "zero the gradients after each optimizer step, the last one (and a skipped one) included.",
+    "step-each": "it stepped after every micro-batch: step (and zero_grad) once per window.",
+    "last-window-dropped": "the last, shorter window never stepped: its gradients would be lost.",
+    "step-count": "one optimizer step per window of accum_steps micro-batches (the last may be shorter).",
+    "no-divide": "the loss was not divided by the number of micro-batches in the window: the gradient is K× the window's mean gradient, like a K× larger learning rate (clipping hides it above max_norm).",
+    "divide-total": "the loss was divided by the number of micro-batches in the whole list, not in its window.",
+    "partial-by-k": "the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum divided by ITS size.",
+    "zero-each": "the gradients were cleared before every micro-batch, so only the window's last one counted.",
+    "never-zero": "the gradients were never cleared after a step, so each window added to the previous one's.",
+    "stale-kept": "the stale gradients that were in .grad before the call are in the result: clear them before the first micro-batch (zero_grad(set_to_none=True)).",
+    "own-mean-k": "that is each micro-batch's own token mean ÷ K: every micro-batch then weighs the same, so a token among few counts more. Divide each micro-batch's token SUM by the window's count.",
+    "own-mean": "that is each micro-batch's own token mean, not divided by anything: K means add up to about K× the window's mean, weighted by micro-batch instead of by token.",
+    "default-mean-k": "cross_entropy's default mean averages over every position, prompt and padding included, and ÷K weighs micro-batches equally: sum the counted tokens' losses, divide by the window's count.",
+    "padding": "padding and prompt tokens were counted: multiply the per-token losses by the mask before summing.",
+    "mask-ignored": "every position's loss was summed and divided by the number of positions: sum only the counted tokens' losses, and count only the True entries of the masks.",
+    "positions": "you divided by the number of positions (B·T over the micro-batches), padding and prompt included: N is the number of True entries in the masks.",
+    "running": "each micro-batch was divided by the tokens seen SO FAR: N is the whole window's count (count the masks up front, or divide .grad by N after the last backward).",
+    "logged-mean": "the logged loss is the mean of the micro-batch means: it weighs micro-batches, not tokens, so it is not the loss whose gradient you computed.",
+    "logged-loss": "the logged loss is the window's token mean: the sum of what the micro-batches backpropagated.",
+    "empty-micro-batch-nan": EMPTY,
+    "bf16": "the exercise names float16: `torch.autocast('cpu', dtype=torch.float16)`. bf16 has float32's range and needs no scaler; fp16's small gradients underflow, which GradScaler exists for.",
+    "no-autocast": "run each micro-batch's forward and loss under `torch.autocast('cpu', dtype=torch.float16)`.",
+    "backward-in-autocast": "autocast is for the forward pass and the loss: end the `with` block before scaler.scale(loss).backward() (PyTorch's AMP notes advise against backward under autocast).",
+    "scaler-step-each": "one scaler.step(optimizer) per window, after the last micro-batch's backward.",
+    "update-count": "call scaler.update() once per window, right after scaler.step(optimizer): it halves the scale after an overflow, grows it after good steps, and resets the scaler.",
+    "update-before-step": "scaler.update() resets the scaler: call it after scaler.step(optimizer).",
+    "optimizer-step": "the parameters changed although the gradients overflowed: scaler.step(optimizer) skips the update when unscale_ found inf/NaN (optimizer.step() does not).",
+    "clip-first": "clipping ran on the SCALED gradients (their norm is S× too large, so the clip shrank them about S× too much): unscale first, then clip. Chapter 08 measures what this order costs.",
+    "no-clip": "the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units.",
+    "no-scale": "backward ran on the unscaled loss, but unscale_ still divided by S: backpropagate scaler.scale(loss).",
+    "all-reduce-skipped": "every rank takes part in every all_reduce, also a rank without tokens: in a real run the others wait for it for ever (DDP's all-reduce inside backward too).",
+    "not-one-loss-per-micro-batch": "each micro-batch runs its own backward (one graph at a time; DDP all-reduces in the last one's), so each needs its own 0-dim loss.",
+    "no-graph": "every micro-batch's loss runs backward, also one without tokens: keep it a tensor connected to token_losses (a masked sum; no .item(), .detach() or torch.tensor(...)).",
+    "empty-nan": EMPTY,
+    "rank-own-mean": "that is each micro-batch's own token mean ÷ K, which DDP then averages over the ranks: micro-batches and ranks with few tokens weigh as much as those with many. Divide token SUMS by the window's count on all ranks.",
+    "rank-count": "each rank divided by its OWN window's token count: all_reduce the count, so every rank divides by the window's tokens on all ranks.",
+    "micro-count": "each micro-batch was divided by its own count summed over the ranks: the count is the WINDOW's, over every micro-batch of every rank. Add up the window's masks, then one all_reduce.",
+    "no-world": "DDP divides the summed gradients by world_size (it averages): multiply each loss by world_size, so the ranks' average is the gradient of the global token mean.",
+    "over-world": "DDP already divides by world_size; dividing the loss by it too makes the gradient world_size² too small. Multiply by world_size instead.",
+    "divide-by-k": "÷K belongs to per-micro-batch MEANS; a token sum divided by the window's count is already the window's share: no ÷K on top.",
+    "rank-padding": "padding tokens were counted: multiply the losses by the mask before summing.",
+}
+
+
+_KINDS = {"micro-batches-changed": "changed-input", "empty-micro-batch-nan": "not-finite", "empty-nan": "not-finite"}
+_KINDS |= {"not-one-loss-per-micro-batch": "type", "logged-mean": "value", "logged-loss": "value"}
+
+
+def _fail(mistake: str, summary: str) -> ExerciseError:
+    return ExerciseError(_KINDS.get(mistake, "contract"), summary, hint=HINTS[mistake], mistake=mistake)
+
+
+def _variants(make: Callable, names: str) -> tuple:
+    return variants(make, {name: HINTS[name] for name in names.split()})
+
 
 # --------------------------------------------------------------------------- shared: what the learner's code did
 
 
 class _Trace:
-    """Records a model's graph-building forward passes ("F") and backward passes ("B"), in order.
+    """Records a model's graph-building forward passes ("F") and its backward passes ("B"), in order.
 
-    A backward pass is seen through a post-accumulate-grad hook on the first
-    parameter: it fires once per ``backward()`` that reaches the parameter. The hook
-    also records whether autocast was on during backward, and a forward hook on
-    ``dtype_of`` records the dtype its output had (autocast's compute dtype).
+    A backward is seen by a post-accumulate-grad hook on the first parameter (once per
+    ``backward()`` that reaches it), which also notes autocast being on; a forward hook on
+    ``dtype_of`` records its output's dtype (autocast's compute dtype).
     """
 
     def __init__(self, model: torch.nn.Module, dtype_of: torch.nn.Module | None = None):
-        self.events: list[str] = []
-        self.forward_dtypes: list[torch.dtype] = []
-        self.backward_under_autocast = False
-        first = next(model.parameters())
+        self.events, self.dtypes, self.backward_under_autocast = [], set(), False
         self._handles = [
-            model.register_forward_hook(self._forward),
-            first.register_post_accumulate_grad_hook(self._backward),
+            model.register_forward_hook(lambda m, i, out: out.requires_grad and self.events.append("F")),
+            next(model.parameters()).register_post_accumulate_grad_hook(self._backward),
         ]
         if dtype_of is not None:
-            self._handles.append(
-                dtype_of.register_forward_hook(lambda m, i, out: self.forward_dtypes.append(out.dtype))
-            )
-
-    def _forward(self, module, inputs, output) -> None:
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            self.events.append("F")
+            self._handles.append(dtype_of.register_forward_hook(lambda m, i, out: self.dtypes.add(out.dtype)))
 
     def _backward(self, param) -> None:
         self.events.append("B")
@@ -64,122 +123,57 @@ class _Trace:
         for handle in self._handles:
             handle.remove()
 
-    @property
-    def backwards(self) -> int:
-        return self.events.count("B")
-
-    @property
-    def most_graphs_alive(self) -> int:
-        """The largest number of forward passes run since the last backward: graphs held at once."""
-        most = alive = 0
-        for event in self.events:
-            alive = alive + 1 if event == "F" else 0
-            most = max(most, alive)
-        return most
-
-
-def _one_backward_per_micro_batch(trace: _Trace, name: str, label: str, needed: int, allowed: int) -> None:
-    """Accumulation keeps one micro-batch's graph at a time: backward each before the next forward.
-
-    ``needed``: micro-batches that must be backpropagated; ``allowed``: the most that may be
-    (a micro-batch with no counted token may be skipped). A forward that is not followed by its
-    backward (a skipped empty micro-batch) is tolerated once, so at most 2 graphs pending.
-    """
-    if trace.backwards == 0 and needed:
-        raise ExerciseError(
-            f"`{name}` ran no backward pass that wrote .grad for {label}.\n"
-            "Hint: accumulate with loss.backward(), once per micro-batch: torch.autograd.grad does not write .grad, "
-            "and gradients written into .grad by hand skip the accumulation this exercise is about."
-        )
-    if trace.backwards < needed and trace.most_graphs_alive > 2:
-        raise ExerciseError(
-            f"`{name}` ran {trace.backwards} backward pass(es) for {label}, where {needed} micro-batches need one each.\n"
-            "Hint: summing the micro-batch losses and calling backward once for the window gives the same gradient, "
-            "but keeps every micro-batch's graph (its activations) alive until the end of the window: the memory "
-            "accumulation exists to save. Call backward once per micro-batch, right after its forward pass."
-        )
-    if trace.most_graphs_alive > 2:
-        raise ExerciseError(
-            f"`{name}` ran {trace.most_graphs_alive} forward passes before the next backward for {label}.\n"
-            "Hint: with all forward passes first, every micro-batch's graph is alive at once (the memory of the whole "
-            "window). Run each micro-batch's backward right after its forward, before the next micro-batch."
-        )
-    if not needed <= trace.backwards <= allowed:
-        why = (
-            "accumulate with loss.backward() (torch.autograd.grad does not write .grad), once per micro-batch."
-            if trace.backwards < needed
-            else "each micro-batch's loss is backpropagated once; an extra backward adds its gradient again."
-        )
-        raise ExerciseError(
-            f"`{name}` ran {trace.backwards} backward pass(es) for {label}; expected one per micro-batch ({needed}"
-            + (f" to {allowed}" if allowed != needed else "")
-            + f").\nHint: {why}"
-        )
-
-
-def _flat_params(model) -> torch.Tensor:
-    return parameters_to_vector(model.parameters()).detach()
+    def check(self, learner: LearnerCall, needed: int, allowed: int) -> None:
+        """One backward per micro-batch, right after its forward; a skipped empty one leaves at most 2 graphs pending."""
+        backwards, alive = self.events.count("B"), max(map(len, "".join(self.events).split("B")))
+        head = f"`{learner.name}` ran {backwards} backward pass(es) that wrote .grad for {learner.label}"
+        if backwards == 0 and needed:
+            raise _fail("no-backward", head + ".")
+        if alive > 2:
+            mistake = "one-backward-per-window" if backwards < needed else "forwards-first"
+            raise _fail(mistake, f"{head}; up to {alive} forward passes ran before a backward.")
+        if not needed <= backwards <= allowed:
+            raise _fail("backward-count", f"{head}; expected one per micro-batch ({needed}).")
 
 
 def _flat_grads(model) -> torch.Tensor:
-    return parameters_to_vector(
-        p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
-    ).detach()
+    return parameters_to_vector(torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()).detach()
 
 
-def _grads_cleared(model) -> bool:
-    return all(p.grad is None or not p.grad.abs().sum() > 0 for p in model.parameters())
+def _check_cleared(model, learner: LearnerCall) -> None:
+    if any(p.grad is not None and p.grad.any() for p in model.parameters()):
+        raise _fail("grads-left", f"after `{learner.name}` gradients are still in .grad for {learner.label}.")
 
 
-def _stale_gradients(model, seed: int) -> None:
-    """Leftovers from before the call (e.g. a logging pass): large, so they cannot hide in a tolerance."""
-    gen = seeded(900 + seed)
-    for p in model.parameters():
-        p.grad = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 5
-
-
-def _snapshot(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_snapshot(v) for v in value)
-    return value
-
-
-def _untouched(before, after) -> bool:
+def _unchanged(before, after) -> bool:
     if isinstance(before, torch.Tensor):
         return isinstance(after, torch.Tensor) and before.shape == after.shape and torch.equal(before, after.detach())
     if isinstance(before, (tuple, list)):
-        return len(before) == len(after) and all(_untouched(b, a) for b, a in zip(before, after))
+        return len(before) == len(after) and all(_unchanged(b, a) for b, a in zip(before, after))
     return True
 
 
-def _inputs_untouched(before, after, name: str, label: str) -> None:
-    if not _untouched(before, after):
-        raise ExerciseError(
-            f"`{name}` changed the caller's micro-batches in place for {label}.\n"
-            "Hint: the data belongs to the caller (the next epoch reads it again): an in-place write such as "
-            "`targets[~mask] = -100` or `x /= ...` changes it. Make a new tensor: `torch.where(mask, targets, -100)`."
+def _check_unchanged(before, after, learner: LearnerCall) -> None:
+    if not _unchanged(before, after):
+        raise _fail(
+            "micro-batches-changed", f"`{learner.name}` changed the caller's data in place for {learner.label}."
         )
+
+
+def _compare_naming_variant(got, expected, runs: Runs, same: Callable, **what) -> None:
+    """:func:`compare`; when it fails, a variant whose result ``same`` accepts names the mistake."""
+    try:
+        compare(got, expected, **what)
+    except ExerciseError as error:
+        slip = runs.closest(same)
+        raise (error.but(hint=slip.hint, mistake=slip.name) if slip else error) from None
+
+
+def _same_first(got, wrong) -> bool:
+    return close(got[0], wrong[0])
 
 
 # --------------------------------------------------------------------------- exercise 1: the accumulation loop
-
-
-def _loop_model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
-
-
-def _micro_batches(seed: int, count: int, size: int = 3):
-    gen = seeded(200 + seed)
-    return [
-        (
-            torch.randn(size, 5, generator=gen, dtype=torch.float64),
-            torch.randn(size, 2, generator=gen, dtype=torch.float64),
-        )
-        for _ in range(count)
-    ]
 
 
 def _reference_loop(model, optimizer, loss_fn, micro_batches, accum_steps):
@@ -193,80 +187,48 @@ def _reference_loop(model, optimizer, loss_fn, micro_batches, accum_steps):
 
 
 def _loop_variant(kind: str):
-    """The typical wrong loops; each one's hint is in LOOP_VARIANTS."""
-
     def loop(model, optimizer, loss_fn, micro_batches, accum_steps):
-        if kind != "stale_kept":
+        if kind != "stale-kept":
             optimizer.zero_grad()
         n = len(micro_batches)
         for i, (x, y) in enumerate(micro_batches):
-            window_start = i - i % accum_steps
-            size = min(accum_steps, n - window_start)
-            divide = {"no_divide": 1, "divide_total": n, "partial_by_k": accum_steps}.get(kind, size)
-            if kind == "zero_each":
+            size = min(accum_steps, n - i + i % accum_steps)
+            if kind == "zero-each":
                 optimizer.zero_grad()
-            (loss_fn(model(x), y) / divide).backward()
-            if kind == "step_each" or (i + 1) % accum_steps == 0 or (i + 1 == n and kind != "partial_dropped"):
+            (
+                loss_fn(model(x), y) / {"no-divide": 1, "divide-total": n, "partial-by-k": accum_steps}.get(kind, size)
+            ).backward()
+            if (i + 1) % accum_steps == 0 or i + 1 == n:
                 optimizer.step()
-                if kind != "never_zero":
+                if kind != "never-zero":
                     optimizer.zero_grad()
         optimizer.zero_grad()
 
     return loop
 
 
-LOOP_VARIANTS = variants(
-    _loop_variant,
-    {
-        "no_divide": (
-            "the loss was not divided by the window size: the accumulated gradient is K× the window's mean gradient, "
-            "which acts like a K× larger learning rate."
-        ),
-        "divide_total": "the loss was divided by the number of micro-batches in the whole list, not by the size of its window.",
-        "partial_by_k": (
-            "the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum "
-            "divided by ITS size (count the window's micro-batches before its first backward)."
-        ),
-        "zero_each": (
-            "the gradients were cleared before every micro-batch, so only the window's last micro-batch counted: "
-            "zero_grad once per window."
-        ),
-        "never_zero": (
-            "the gradients were never cleared after a step, so each window added to the previous window's gradients: "
-            "call optimizer.zero_grad(set_to_none=True) after optimizer.step()."
-        ),
-        "stale_kept": (
-            "the stale gradients that were in .grad before the call went into the first step: clear the gradients before the "
-            "first micro-batch (optimizer.zero_grad(set_to_none=True)), not only after each step."
-        ),
-    },
-)
-
-# (number of micro-batches, accum_steps): windows of 4+4; 3+3+1; 4+2 (the last window shorter in two set-ups)
-LOOP_SETUPS = ((0, 8, 4), (1, 7, 3), (2, 6, 4))
+LOOP_VARIANTS = _variants(_loop_variant, "no-divide divide-total partial-by-k zero-each never-zero stale-kept")
+LOOP_SETUPS = ((0, 8, 4), (1, 7, 3), (2, 6, 4))  # (seed, micro-batches, accum_steps): windows 4+4, 3+3+1, 4+2
 
 
-def _run_loop(fn, seed: int, count: int, accum_steps: int, call=None):
-    """Run a loop with stale gradients present; return the gradient seen at each optimizer.step, the trace, the model."""
-    model = _loop_model(seed)
+def _run_loop(step, seed: int, count: int, accum_steps: int):
+    """Run a loop with stale gradients present: the gradient each optimizer.step() applied, the trace, model, data."""
+    model = cases.regression_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
-    step_grads = []
-    # the gradient each optimizer.step() is about to apply (also when the learner calls the class's step)
-    hook = optimizer.register_step_pre_hook(lambda *_: step_grads.append(_flat_grads(model)))
-    _stale_gradients(model, seed)
-    batches = _micro_batches(seed, count)
-    trace = _Trace(model)
+    applied = []
+    hook = optimizer.register_step_pre_hook(lambda *_: applied.append(_flat_grads(model)))
+    cases.stale_gradients(model, seed)
+    batches, trace = cases.regression_micro_batches(seed, count), _Trace(model)
     try:
-        args = (model, optimizer, torch.nn.MSELoss(), batches, accum_steps)
-        call(fn, args) if call else fn(*args)
+        step(model, optimizer, torch.nn.MSELoss(), batches, accum_steps)
     finally:
         trace.remove()
         hook.remove()
-    return step_grads, trace, model, batches
+    return applied, trace, model, batches
 
 
-def _windows(count: int, k: int) -> list[int]:
-    return [min(k, count - start) for start in range(0, count, k)]
+def _same_steps(got, wrong) -> bool:
+    return len(got[0]) == len(wrong[0]) and all(close(a, b) for a, b in zip(got[0], wrong[0]))
 
 
 def check_accumulation_loop(accumulation_loop: Callable) -> None:
@@ -276,227 +238,103 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
     ✓ accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch (3 set-ups, stale gradients, shorter last window)
     """
     for seed, count, k in LOOP_SETUPS:
-        windows = _windows(count, k)
-        label = (
-            f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; "
-            f"stale gradients in .grad before the call; MSE mean loss, SGD, float64)"
+        windows = [min(k, count - start) for start in range(0, count, k)]
+        learner = LearnerCall(accumulation_loop, "accumulation_loop").on(
+            f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; stale "
+            "gradients in .grad before the call; MSE mean loss, SGD, float64)"
         )
-        fresh = _micro_batches(seed, count)
         runs = run_variants(
-            lambda step, call=None: _run_loop(step, seed, count, k, call=call),
-            accumulation_loop,
-            _reference_loop,
-            LOOP_VARIANTS,
-            call=lambda fn, args: call_learner(fn, args, "accumulation_loop", label),
+            functools.partial(_run_loop, seed=seed, count=count, accum_steps=k), learner, _reference_loop, LOOP_VARIANTS
         )
         got, trace, model, batches = runs.learner
-        _inputs_untouched(fresh, batches, "accumulation_loop", label)
+        _check_unchanged(cases.regression_micro_batches(seed, count), batches, learner)
         if len(got) != len(windows):
-            if len(got) == count:
-                why = "it stepped after every micro-batch: step (and zero_grad) once per window."
-            elif len(got) == count // k and count % k:
-                why = (
-                    f"the last, shorter window ({windows[-1]} micro-batch{'es' if windows[-1] > 1 else ''}) never "
-                    "stepped: its gradients would be lost. Step at the end of the list too."
-                )
-            else:
-                why = "one optimizer.step() per window of accum_steps micro-batches (the last one may be shorter)."
-            raise ExerciseError(
-                f"`accumulation_loop` called optimizer.step() {len(got)} times for {label}; expected {len(windows)}.\n"
-                f"Hint: {why}"
+            mistake = {count: "step-each", count // k: "last-window-dropped"}.get(len(got), "step-count")
+            raise _fail(
+                mistake, f"`{learner.name}` stepped {len(got)} times for {learner.label}; expected {len(windows)}."
             )
-        _one_backward_per_micro_batch(trace, "accumulation_loop", label, count, count)
-        expected = runs.reference[0]
-        wrong = runs.results_by_hint(lambda result: len(result[0]) == len(expected))
-        for step, (g, e) in enumerate(zip(got, expected)):
-            mistakes = {hint: w[0][step] for hint, w in wrong.items()}
-            compare(
-                g,
-                e,
-                what=f"the gradient at optimizer step {step + 1} (a window of {windows[step]})",
-                label=label,
-                context={"accum_steps": windows[step]},
-                mistakes=mistakes,
-            )
-        if not _grads_cleared(model):
-            raise ExerciseError(
-                f"after `accumulation_loop` the gradients of the last window are still in .grad for {label}.\n"
-                "Hint: zero them after each optimizer.step(), the last one included."
-            )
+        trace.check(learner, count, count)
+        for step, (g, e) in enumerate(zip(got, runs.reference[0])):
+            what = f"the gradient at optimizer step {step + 1} (a window of {windows[step]})"
+            context = {"accum_steps": windows[step]}
+            _compare_naming_variant(g, e, runs, _same_steps, what=what, label=learner.label, context=context)
+        _check_cleared(model, learner)
     passed(
         "accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch "
         "(3 set-ups, stale gradients, shorter last window)"
     )
 
 
-# --------------------------------------------------------------------------- exercise 2: the exact token mean of a window
-
-DIM, VOCAB = 6, 5
-
-
-def _token_model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(DIM, 8), torch.nn.Tanh(), torch.nn.Linear(8, VOCAB)).double()
-
-
-def _token_micro_batch(gen, batch: int, length: int, empty: bool = False):
-    """Prompt (not counted), then response (counted), then padding (not counted): not a prefix mask."""
-    features = torch.randn(batch, length, DIM, generator=gen, dtype=torch.float64)
-    targets = torch.randint(0, VOCAB, (batch, length), generator=gen)
-    positions = torch.arange(length)[None, :]
-    prompt = torch.randint(0, max(1, length // 3), (batch, 1), generator=gen)
-    response = torch.randint(1, length + 1, (batch, 1), generator=gen)
-    mask = (positions >= prompt) & (positions < prompt + response)
-    if empty:
-        mask[:] = False  # e.g. prompts only, or sequences truncated before their response
-    return features, targets, mask
-
-
-# (B, T) per micro-batch; None marks a micro-batch with no counted token
-TOKEN_WINDOWS = (
-    ((3, 7), (2, 11), (4, 5)),
-    ((2, 9), (3, 4, None), (1, 12), (2, 6)),
-    ((5, 8),),
-)
-
-
-def _token_window(seed: int):
-    gen = seeded(500 + seed)
-    return [_token_micro_batch(gen, spec[0], spec[1], empty=len(spec) > 2) for spec in TOKEN_WINDOWS[seed]]
+# --------------------------------------------------------------------------- exercise 2: a window's token mean
 
 
 def _per_token_ce(model, features, targets):
-    logits = model(features)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+    return F.cross_entropy(model(features).flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
 
 
-def _reference_token_window(model, micro_batches):
-    """One backward per micro-batch of sum(counted token losses) / N, N counted over the whole window first."""
-    model.zero_grad(set_to_none=True)
-    window_tokens = sum(int(mask.sum()) for _, _, mask in micro_batches)
-    total = 0.0
-    for features, targets, mask in micro_batches:
-        loss = (_per_token_ce(model, features, targets) * mask).sum() / window_tokens
-        loss.backward()
-        total += loss.item()
-    return total
-
-
-def _token_window_variant(kind: str):
-    """The typical wrong answers; each one's hint is in TOKEN_VARIANTS."""
+def _token_variant(kind: str):
+    """The reference (``kind="right"``) or one of its typical slips."""
 
     def answer(model, micro_batches):
-        if kind != "stale_kept":
+        if kind != "stale-kept":
             model.zero_grad(set_to_none=True)
-        k = len(micro_batches)
-        window_tokens = sum(int(mask.sum()) for _, _, mask in micro_batches)
-        seen, logged = 0, []
+        k, seen, logged = len(micro_batches), 0, []
+        window = sum(int(mask.sum()) for _, _, mask in micro_batches)
+        positions = sum(mask.numel() for _, _, mask in micro_batches)
         for features, targets, mask in micro_batches:
-            losses = _per_token_ce(model, features, targets)
-            n = int(mask.sum())
+            losses, n = _per_token_ce(model, features, targets), int(mask.sum())
             seen += n
-            if kind == "own_mean_k":
-                loss = (losses * mask).sum() / max(n, 1) / k
-            elif kind == "own_mean":
-                loss = (losses * mask).sum() / max(n, 1)
-            elif kind == "padding":
-                loss = losses.sum() / window_tokens
-            elif kind == "positions":
-                loss = (losses * mask).sum() / sum(m.numel() for _, _, m in micro_batches)
-            elif kind == "running":
-                loss = (losses * mask).sum() / max(seen, 1)
-            elif kind == "nan_mean":
-                loss = losses[mask].mean() * n / window_tokens
-            else:
-                loss = (losses * mask).sum() / window_tokens
+            total = losses.sum() if kind in ("padding", "mask-ignored") else (losses * mask).sum()
+            divide = {"own-mean-k": max(n, 1) * k, "own-mean": max(n, 1), "running": max(seen, 1)}
+            loss = total / divide.get(kind, positions if kind in ("mask-ignored", "positions") else window)
+            if kind == "default-mean-k":
+                loss = losses.mean() / k
             loss.backward()
-            logged.append(loss.item() if kind != "logged_mean" else (losses * mask).sum().item() / max(n, 1))
-        return sum(logged) / (k if kind == "logged_mean" else 1)
+            logged.append(loss.item() if kind != "logged-mean" else (losses * mask).sum().item() / max(n, 1))
+        return sum(logged) / (k if kind == "logged-mean" else 1)
 
     return answer
 
 
-TOKEN_VARIANTS = variants(
-    _token_window_variant,
-    {
-        "own_mean_k": (
-            "that is each micro-batch's own token mean divided by K: every micro-batch then weighs the same, so a token in a "
-            "micro-batch with few tokens counts more than one in a micro-batch with many. Divide each micro-batch's token "
-            "SUM by the token count of the whole window."
-        ),
-        "own_mean": (
-            "that is each micro-batch's own token mean, not divided by anything: K micro-batch means add up to about K× the "
-            "window's mean, weighted by micro-batch instead of by token."
-        ),
-        "padding": (
-            "padding and prompt tokens were counted: multiply the per-token losses by the mask (or index with it) before "
-            "summing."
-        ),
-        "positions": (
-            "you divided by the number of positions (B·T summed over micro-batches), which counts padding and prompt as "
-            "tokens: N is the number of True entries in the masks."
-        ),
-        "running": (
-            "each micro-batch was divided by the tokens seen SO FAR: N must be the count of the whole window, known before "
-            "the first backward. Count it from the masks up front (they are cheap: no forward pass needed)."
-        ),
-        "stale_kept": (
-            "the gradients that were in .grad before the call are still in the result: clear them first "
-            "(model.zero_grad(set_to_none=True))."
-        ),
-    },
+_reference_token_window = _token_variant("right")
+TOKEN_VARIANTS = _variants(
+    _token_variant, "own-mean-k own-mean default-mean-k padding mask-ignored positions running stale-kept logged-mean"
+)
+TOKEN_OFF_LIMITS = OffLimits(
+    course=("autogradlab.models.token_accumulation",),
+    why="build the token mean yourself: autogradlab.models.token_accumulation is the course's reference for it.",
 )
 
 
-@contextlib.contextmanager
-def _course_helpers_refused() -> Iterator[None]:
-    """The package's own token-mean helpers would do the exercise: make them refuse while the learner's code runs.
-
-    Swapping ``__code__`` reaches every name they were imported under (a
-    ``from ... import micro_batch_loss`` at the top of a notebook included).
-    """
-
-    def refuse(*args, **kwargs):  # runs with the helper's globals: builtins only
-        raise RuntimeError(
-            "this exercise asks you to build the token mean yourself: autogradlab's micro_batch_loss, "
-            "accumulated_gradient and full_batch_gradient are the course's reference and are off limits here"
-        )
-
-    helpers = (
-        token_accumulation.micro_batch_loss,
-        token_accumulation.accumulated_gradient,
-        token_accumulation.full_batch_gradient,
-    )
-    saved = [f.__code__ for f in helpers]
+def _run_token_window(step, index: int):
+    model = tokens.token_model(dim=6, vocab=5, seed=index)
+    cases.stale_gradients(model, index)
+    batches, trace = [(m.features, m.targets, m.mask) for m in tokens.uneven_window(index)], _Trace(model)
     try:
-        for f in helpers:
-            f.__code__ = refuse.__code__
-        yield
-    finally:
-        for f, code in zip(helpers, saved):
-            f.__code__ = code
-
-
-def _run_token_window(fn, seed: int, call=None):
-    model = _token_model(seed)
-    _stale_gradients(model, seed)
-    batches = _token_window(seed)
-    trace = _Trace(model)
-    try:
-        logged = call(fn, (model, batches)) if call else fn(model, batches)
+        logged = step(model, batches)
     finally:
         trace.remove()
     return _flat_grads(model), logged, trace, batches
 
 
-def _window_reference_one_pass(seed: int) -> tuple[torch.Tensor, float]:
-    """The window's token-mean gradient from ONE autograd pass over all micro-batches: independent of accumulation."""
-    model = _token_model(seed)
-    batches = _token_window(seed)
-    total = sum((_per_token_ce(model, f, t) * m).sum() for f, t, m in batches)
-    loss = total / sum(int(m.sum()) for _, _, m in batches)
-    grads = torch.autograd.grad(loss, list(model.parameters()))
-    return parameters_to_vector(grads), loss.item()
+def _window_in_one_pass(index: int) -> tuple[torch.Tensor, float]:
+    """The window's token-mean gradient and loss from ONE autograd pass over every micro-batch."""
+    model, window = tokens.token_model(dim=6, vocab=5, seed=index), tokens.uneven_window(index)
+    loss = sum(tokens.token_losses(model, m).sum() for m in window) / sum(m.tokens for m in window)
+    return parameters_to_vector(torch.autograd.grad(loss, list(model.parameters()))), loss.item()
+
+
+def _as_float(value) -> float | None:
+    try:
+        return float(value.detach() if isinstance(value, torch.Tensor) else value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _same_grad_and_log(got, wrong) -> bool:
+    """The right gradient, and the same (wrong) logged loss as the variant."""
+    value = _as_float(got[1])
+    return _same_first(got, wrong) and value is not None and math.isclose(value, wrong[1], rel_tol=1e-9)
 
 
 def check_token_mean_window(accumulate_token_mean: Callable) -> None:
@@ -505,226 +343,75 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
     >>> check_token_mean_window(_reference_token_window)
     ✓ accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)
     """
-    name = "accumulate_token_mean"
-    for seed, spec in enumerate(TOKEN_WINDOWS):
+    for index, spec in enumerate(tokens.UNEVEN_WINDOWS):
         shapes = ", ".join(f"({s[0]}, {s[1]})" + (" with no counted token" if len(s) > 2 else "") for s in spec)
-        label = f"a window of {len(spec)} micro-batch{'es' if len(spec) > 1 else ''} of (B, T) = {shapes}, stale .grad"
-        fresh = _token_window(seed)
-
-        def call(fn, args):
-            with _course_helpers_refused():
-                return call_learner(fn, args, name, label)
-
-        runs = run_variants(
-            lambda step, call=None: _run_token_window(step, seed, call),
-            accumulate_token_mean,
-            None,
-            TOKEN_VARIANTS,
-            call=call,
+        learner = LearnerCall(accumulate_token_mean, "accumulate_token_mean", TOKEN_OFF_LIMITS).on(
+            f"a window of {len(spec)} micro-batch(es) of (B, T) = {shapes}, stale .grad"
         )
+        runs = run_variants(functools.partial(_run_token_window, index=index), learner, None, TOKEN_VARIANTS)
         got, logged, trace, batches = runs.learner
-        _inputs_untouched(fresh, batches, name, label)
-        empty = sum(1 for s in spec if len(s) > 2)
-        _one_backward_per_micro_batch(trace, name, label, len(spec) - empty, len(spec))
-        expected, loss = _window_reference_one_pass(seed)
+        fresh = tokens.uneven_window(index)
+        _check_unchanged([(m.features, m.targets, m.mask) for m in fresh], batches, learner)
+        empty = sum(m.tokens == 0 for m in fresh)
+        trace.check(learner, len(spec) - empty, len(spec))
+        expected, loss = _window_in_one_pass(index)
         if not torch.isfinite(got).all():
-            hint = (
-                "a micro-batch with no counted token gives 0/0 = NaN if you take its own mean (`losses[mask].mean()`, "
-                "or cross_entropy with ignore_index on a micro-batch whose targets are all ignored), and NaN × 0 is "
-                "still NaN. A token SUM of an empty micro-batch is 0, exact."
-                if empty
-                else "look for a division by a count that can be zero."
-            )
-            raise ExerciseError(f"`{name}` left inf/NaN in .grad for {label}.\nHint: {hint}")
-        wrong = {hint: result[0] for hint, result in runs.results_by_hint().items()}
-        compare(
-            got,
-            expected,
-            what="the gradient left in .grad",
-            label=label,
-            context={"num_tokens": sum(int(m.sum()) for _, _, m in fresh)},
-            mistakes=wrong,
+            raise _fail("empty-micro-batch-nan", f"`{learner.name}` left inf/NaN in .grad for {learner.label}.")
+        what = dict(
+            what="the gradient left in .grad", label=learner.label, context={"num_tokens": sum(m.tokens for m in fresh)}
         )
-        try:
-            logged_value = float(logged.detach() if isinstance(logged, torch.Tensor) else logged)
-        except (TypeError, ValueError, RuntimeError):
+        _compare_naming_variant(got, expected, runs, _same_first, **what)
+        value = _as_float(logged)
+        if value is None:
             raise ExerciseError(
-                f"`{name}` returned {type(logged).__name__} for {label}; expected the window's token-mean loss "
-                "as a Python float (for logging)."
-            ) from None
-        if not math.isfinite(logged_value):
-            raise ExerciseError(
-                f"`{name}` returned {logged_value} as the window's loss for {label}.\nHint: a micro-batch with no "
-                "counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's mean when every "
-                "target is ignored). Multiplying that NaN by its token count 0 leaves NaN. A token SUM of no tokens is 0."
+                "type",
+                f"`{learner.name}` returned {type(logged).__name__} for {learner.label}; "
+                "expected the window's token-mean loss as a Python float (for logging).",
             )
-        if abs(logged_value - loss) > 1e-9 * max(1.0, abs(loss)):
-            mean_of_means = _run_token_window(_token_window_variant("logged_mean"), seed)[1]
-            hint = (
-                "that is the mean of the micro-batch means: it weighs micro-batches, not tokens, so the logged loss "
-                "is not the loss whose gradient you computed. Add up what each micro-batch backpropagated."
-                if abs(logged_value - mean_of_means) < 1e-9
-                else "the logged loss is the window's token mean: the sum of what the micro-batches backpropagated."
-            )
-            raise ExerciseError(
-                f"`{name}` returned {logged_value:.6g} for {label}; the window's token-mean loss is {loss:.6g}.\n"
-                f"Hint: {hint}"
+        if not math.isclose(value, loss, rel_tol=1e-9, abs_tol=1e-12):
+            slip = runs.closest(_same_grad_and_log)
+            mistake = slip.name if slip else "logged-loss" if math.isfinite(value) else "empty-micro-batch-nan"
+            raise _fail(
+                mistake,
+                f"`{learner.name}` returned {value:.6g} for {learner.label}; the window's token mean is {loss:.6g}.",
             )
     passed(
-        f"{name}: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right "
-        "(3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
+        "accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss "
+        "right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
     )
 
 
-# --------------------------------------------------------------------------- exercise 4: the loss one DDP rank backpropagates
+# --------------------------------------------------------------------------- exercise 3: repair an AMP step over a window
 
-
-def _rank_cases(seed: int) -> list[Case]:
-    """Worlds of ranks with different token counts; each case is one rank. A rank with no counted token included."""
-    gen = seeded(seed)
-    cases = []
-    # (B, T) of every rank of a world; None: that rank holds no counted token
-    worlds = [((3, 7), (2, 5)), ((2, 6), (4, 3), (1, 9)), ((2, 8), (3, 4, None), (2, 5), (1, 7))]
-    for world in worlds:
-        ranks = []
-        for spec in world:
-            b, t = spec[:2]
-            losses = torch.rand(b, t, generator=gen, dtype=torch.float64) * 3
-            lengths = torch.randint(1, t + 1, (b,), generator=gen)
-            lengths[0] = max(1, t - 1)  # some padding in every rank
-            mask = torch.arange(t)[None, :] < lengths[:, None]
-            if len(spec) > 2:
-                mask[:] = False
-            ranks.append((losses, mask))
-        total = sum(int(m.sum()) for _, m in ranks)
-        for rank, (losses, mask) in enumerate(ranks):
-            # what all_reduce leaves: a 0-dim int64 tensor in the bigger worlds, a Python int in the smallest
-            global_tokens = total if len(world) == 2 else torch.tensor(total)
-            label = (
-                f"rank {rank} of {len(world)}, token_losses of shape {tuple(losses.shape)}, {int(mask.sum())} "
-                f"tokens here, {total} on all ranks (global_tokens as {type(global_tokens).__name__})"
-            )
-            cases.append(Case((losses, mask, global_tokens, len(world)), label, context={"num_tokens": total}))
-    return cases
-
-
-def _rank_loss_reference(token_losses, mask, global_tokens, world_size):
-    return (token_losses * mask).sum() * world_size / global_tokens
-
-
-RANK_MISTAKES = {
-    "DDP divides the summed gradients by world_size (it averages): multiply the loss by world_size so that the "
-    "average of the ranks' gradients is the gradient of the global token mean.": lambda l, m, n, w: (l * m).sum() / n,
-    "that is this rank's own token mean: ranks with fewer tokens then weigh as much as ranks with many. "
-    "Divide by the global token count (all_reduce it before the backward pass) and multiply by world_size.": lambda l, m, n, w: (
-        (l * m).sum() / m.sum().clamp_min(1)
-    ),
-    "this rank's token mean divided by world_size is still a per-rank mean (and DDP already averages): "
-    "divide the token SUM by the global count.": lambda l, m, n, w: (l * m).sum() / m.sum().clamp_min(1) / w,
-    "multiplying the rank's token mean by world_size scales a per-rank mean: divide the token SUM by global_tokens.": lambda l, m, n, w: (
-        (l * m).sum() / m.sum().clamp_min(1) * w
-    ),
-    "padding tokens were counted: multiply by the mask before summing.": lambda l, m, n, w: l.sum() * w / n,
+MAX_NORM = 0.5
+AMP_SETUPS = (
+    (0, 3.0, False),
+    (1, 0.05, False),
+    (0, 3.0, True),
+)  # (seed, input scale: ‖g‖ above/below MAX_NORM, overflow)
+SCALER_ERROR_HINTS = {
+    "scaler_unscaled_twice": "unscale once per optimizer step, after the LAST micro-batch's backward, right before clipping.",
+    "scaler_never_scaled": "backpropagate the scaled loss: scaler.scale(loss).backward().",
+    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
+    "gradients that came from scaler.scale(loss).backward().",
 }
 
 
-def _check_rank_gradients(fn, cases, name):
-    """What DDP needs: every rank's loss differentiable, (1/W)·d loss_r / d token = mask / N, also with no tokens."""
-    for case in cases:
-        losses = case.args[0].detach().clone().requires_grad_(True)
-        got = call_learner(fn, (losses, *case.args[1:]), name, case.label)
-        if not isinstance(got, torch.Tensor) or not got.requires_grad:
-            empty = not case.args[1].any()
-            raise ExerciseError(
-                f"`{name}` returned a value without a graph for {case.label}.\n"
-                + (
-                    "Hint: a rank with no counted token must still run backward: DDP's all-reduce waits for every "
-                    "rank, so a rank that skips backward hangs the others. Return a 0 that is connected to "
-                    "token_losses, e.g. a masked sum (which is exactly 0 here)."
-                    if empty
-                    else "Hint: the loss must stay a tensor connected to token_losses (no .item(), no .detach(), "
-                    "no torch.tensor(...)), or backward cannot run."
-                )
-            )
-        (grad,) = torch.autograd.grad(got, losses)
-        world, total = case.args[3], int(case.args[2])
-        expected = case.args[1].to(torch.float64) / total * world  # DDP divides by world: (1/W)·grad = mask / N
-        compare(
-            grad,
-            expected,
-            what=f"the gradient of `{name}` with respect to token_losses",
-            label=case.label,
-            context={"num_tokens": total},
-        )
-
-
-def check_rank_token_loss(rank_loss: Callable) -> None:
-    """Check ``rank_loss(token_losses, mask, global_tokens, world_size)``: what one DDP rank backpropagates.
-
-    >>> check_rank_token_loss(_rank_loss_reference)
-    ✓ rank_loss matches the reference on 9 inputs
-    ✓ rank_loss: DDP's average of the ranks' gradients is the global token-mean gradient (worlds of 2, 3, 4 ranks, one rank without tokens)
-    """
-    cases = _rank_cases(1)
-    got = call_learner(rank_loss, _snapshot(cases[0].args), "rank_loss", cases[0].label)
-    if isinstance(got, torch.Tensor) and got.dim() > 0:
-        raise ExerciseError(
-            f"`rank_loss` returned a tensor of shape {tuple(got.shape)} for {cases[0].label}: a loss is a single "
-            "number (0-dim tensor) that this rank backpropagates."
-        )
-    for case in cases:
-        if not case.args[1].any():
-            value = call_learner(rank_loss, _snapshot(case.args), "rank_loss", case.label)
-            if isinstance(value, torch.Tensor) and not torch.isfinite(value).all():
-                raise ExerciseError(
-                    f"`rank_loss` returned {float(value)} for {case.label}.\nHint: this rank has no counted token: "
-                    "its own token mean is 0/0 = NaN, and NaN × 0 is still NaN. DDP would spread that NaN to every "
-                    "rank in the all-reduce. A masked SUM of no tokens is an exact 0."
-                )
-    check_function(rank_loss, _rank_loss_reference, cases, name="rank_loss", mistakes=RANK_MISTAKES)
-    _check_rank_gradients(rank_loss, cases, "rank_loss")
-    passed(
-        "rank_loss: DDP's average of the ranks' gradients is the global token-mean gradient "
-        "(worlds of 2, 3, 4 ranks, one rank without tokens)"
-    )
-
-
-# --------------------------------------------------------------------------- exercise 3: AMP with accumulation
-
-MAX_NORM = 0.5
-INIT_SCALE = 2.0**12
-
-
-def _amp_reference(model, optimizer, scaler, micro_batches, max_norm):
-    accum_steps = len(micro_batches)
-    for x, y in micro_batches:
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = F.mse_loss(model(x), y)
-        scaler.scale(loss / accum_steps).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def _amp_variant(kind: str):
-    """The typical wrong orders whose result is a wrong update; each one's hint is in AMP_VARIANTS."""
+    """The reference step (``kind="right"``) or one of its typical slips."""
 
     def step(model, optimizer, scaler, micro_batches, max_norm):
-        k = 1 if kind == "no_divide" else len(micro_batches)
+        k = 1 if kind == "no-divide" else len(micro_batches)
         for x, y in micro_batches:
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = F.mse_loss(model(x), y) / k
             scaled = scaler.scale(loss)
-            (loss if kind == "no_scale" else scaled).backward()
-        if kind == "clip_first":
+            (loss if kind == "no-scale" else scaled).backward()
+        if kind == "clip-first":
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            scaler.unscale_(optimizer)
-        else:
-            scaler.unscale_(optimizer)
-            if kind != "no_clip":
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.unscale_(optimizer)
+        if kind not in ("clip-first", "no-clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
@@ -732,187 +419,252 @@ def _amp_variant(kind: str):
     return step
 
 
-AMP_VARIANTS = variants(
-    _amp_variant,
-    {
-        "clip_first": (
-            "clipping ran on the SCALED gradients (their norm is S× too large, so clipping shrank them about S× too much): "
-            "unscale the gradients first, then clip."
-        ),
-        "no_divide": (
-            "the loss was not divided by the number of micro-batches: the window's gradient is K× its mean gradient "
-            "(clipping hides that only while the norm is above max_norm)."
-        ),
-        "no_clip": "the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units, before the step.",
-        "no_scale": (
-            "backward ran on the unscaled loss, but unscale_ still divided the gradients by S: backpropagate the scaled loss, "
-            "scaler.scale(loss).backward()."
-        ),
-    },
-)
-
-# seed → (scale of the inputs, so the true gradient norm is above or below MAX_NORM, overflow?)
-AMP_SETUPS = ((0, 3.0, False), (1, 0.05, False), (0, 3.0, True))
+_amp_reference = _amp_variant("right")
+AMP_VARIANTS = _variants(_amp_variant, "clip-first no-divide no-clip no-scale")
 
 
-def _amp_setup(seed: int, input_scale: float, overflow: bool):
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE, growth_interval=1)  # grows after every good step
-    gen = seeded(300 + seed)
-    micro = [
-        (torch.randn(4, 6, generator=gen) * input_scale, torch.randn(4, 3, generator=gen) * input_scale)
-        for _ in range(3)
-    ]
-    if overflow:
-        micro[1][0][0, 0] = float("inf")  # one bad sample: the gradients of this window overflow
-    return model, optimizer, scaler, micro
+def _run_amp(step, seed, input_scale, overflow):
+    model, optimizer, scaler, window = cases.amp_window(seed, input_scale, overflow)
+    steps = []
+    hook = optimizer.register_step_post_hook(lambda *_: steps.append(1))  # scaler.step's call counts too
+    start, trace = parameters_to_vector(model.parameters()).detach(), _Trace(model, dtype_of=model[0])
+    try:
+        with recorded_scaler_calls(scaler) as calls:
+            step(model, optimizer, scaler, window, MAX_NORM)
+    finally:
+        trace.remove()
+        hook.remove()
+    return parameters_to_vector(model.parameters()).detach() - start, scaler, model, len(steps), trace, calls
 
 
 def _true_grad_norm(seed: int, input_scale: float) -> float:
     """The float32 norm of the window's mean gradient: is the clip threshold above or below it?"""
-    model, _, _, micro = _amp_setup(seed, input_scale, False)
-    loss = sum(F.mse_loss(model(x), y) for x, y in micro) / len(micro)
-    return float(torch.linalg.vector_norm(parameters_to_vector(torch.autograd.grad(loss, list(model.parameters())))))
+    model, _, _, window = cases.amp_window(seed, input_scale, False)
+    loss = sum(F.mse_loss(model(x), y) for x, y in window) / len(window)
+    return float(parameters_to_vector(torch.autograd.grad(loss, list(model.parameters()))).norm())
 
 
-def _run_amp(fn, seed, input_scale, overflow, call=None):
-    model, optimizer, scaler, micro = _amp_setup(seed, input_scale, overflow)
-    steps = []
-    hook = optimizer.register_step_post_hook(lambda *_: steps.append(1))  # scaler.step's call counts too
-    start = _flat_params(model)
-    trace = _Trace(model, dtype_of=model[0])
-    try:
-        with recorded_scaler_calls(scaler) as scaler_calls:
-            args = (model, optimizer, scaler, micro, MAX_NORM)
-            call(fn, args) if call else fn(*args)
-    finally:
-        trace.remove()
-        hook.remove()
-    return _flat_params(model) - start, scaler, model, len(steps), trace, micro, scaler_calls
-
-
-_SCALER_ERROR_HINTS = {
-    "scaler_unscaled_twice": "unscale once per optimizer step, at the boundary: after the LAST micro-batch's backward, "
-    "right before clipping.",
-    "scaler_never_scaled": "backpropagate the scaled loss: scaler.scale(loss).backward().",
-    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
-    "gradients that came from scaler.scale(loss).backward().",
-}
-
-
-def _call_amp(fn, args, label):
-    try:
-        return call_learner(fn, args, "amp_accumulation_step", label)
-    except ExerciseError as error:
-        hint = hint_for(error, _SCALER_ERROR_HINTS)
-        raise ExerciseError(str(error) + (f"\nHint: {hint}" if hint else "")) from None
-
-
-def _check_scaler_order(calls: list[str], label: str) -> None:
-    """At most one scaler.step, and one scaler.update after it, per window."""
-    name = "amp_accumulation_step"
-    if calls.count("step") > 1:
-        raise ExerciseError(
-            f"`{name}` called scaler.step(optimizer) {calls.count('step')} times for {label}; expected once.\n"
-            "Hint: one optimizer step per window, after the last micro-batch's backward."
-        )
-    before_step = "step" in calls and "update" in calls and calls.index("update") < calls.index("step")
-    if calls.count("update") != 1 or before_step:
-        raise ExerciseError(
-            f"`{name}` called scaler.update() {calls.count('update')} time(s)"
-            + (", before scaler.step" if before_step else "")
-            + f" for {label}.\nHint: call scaler.update() once per optimizer step, right after scaler.step(optimizer): "
-            "update() resets the scaler for the next step (a scaler.step after it unscales the gradients again)."
-        )
-
-
-def _check_amp_trace(trace: _Trace, label: str) -> None:
-    name = "amp_accumulation_step"
-    dtypes = set(trace.forward_dtypes)
-    if dtypes == {torch.bfloat16}:
-        raise ExerciseError(
-            f"`{name}` ran the forward pass in bfloat16 for {label}.\nHint: the exercise names float16: "
-            "`torch.autocast('cpu', dtype=torch.float16)`. bf16 has float32's range and needs no loss scaling; "
-            "fp16 is the format whose small gradients underflow, the one GradScaler exists for."
-        )
-    if dtypes != {torch.float16}:
-        raise ExerciseError(
-            f"`{name}` ran the forward pass in {', '.join(sorted(str(d) for d in dtypes)) or 'no'} dtype for {label}, "
-            "not under fp16 autocast.\nHint: run each micro-batch's forward pass and loss inside "
-            "`with torch.autocast('cpu', dtype=torch.float16):`."
+def _check_amp_calls(trace: _Trace, calls: list[str], learner: LearnerCall) -> None:
+    """fp16 forward, backward outside autocast, one backward per micro-batch, one scaler.step then one update."""
+    head = f"`{learner.name}`"
+    if trace.dtypes != {torch.float16}:
+        dtypes = ", ".join(sorted(map(str, trace.dtypes))) or "no"
+        raise _fail(
+            "bf16" if trace.dtypes == {torch.bfloat16} else "no-autocast",
+            f"{head} ran the forward in {dtypes} dtype for {learner.label}.",
         )
     if trace.backward_under_autocast:
-        raise ExerciseError(
-            f"`{name}` called backward inside the autocast region for {label}.\nHint: autocast is for the forward "
-            "pass and the loss; end the `with torch.autocast(...)` block before scaler.scale(loss).backward(). "
-            "(Backward runs each op in the dtype its forward used anyway; PyTorch's AMP notes advise against "
-            "backward under autocast.)"
-        )
+        raise _fail("backward-in-autocast", f"{head} called backward inside the autocast region for {learner.label}.")
+    trace.check(learner, 3, 3)
+    if calls.count("step") > 1:
+        raise _fail("scaler-step-each", f"{head} called scaler.step {calls.count('step')} times for {learner.label}.")
+    if "step" in calls and "update" in calls and calls.index("update") < calls.index("step"):
+        raise _fail("update-before-step", f"{head} called scaler.update() before scaler.step for {learner.label}.")
+    if calls.count("update") != 1:
+        raise _fail("update-count", f"{head} called scaler.update() {calls.count('update')} times for {learner.label}.")
 
 
 def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
-    """Check ``amp_accumulation_step(model, optimizer, scaler, micro_batches, max_norm)``: one fp16 AMP step over a window.
+    """Check ``amp_accumulation_step(model, optimizer, scaler, micro_batches, max_norm)``: one fp16 step over a window.
 
     >>> check_amp_accumulation_step(_amp_reference)
     ✓ amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow step, scale updated (clip active and inactive)
     """
-    name = "amp_accumulation_step"
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
-        clip = (
-            f"gradient norm {norm:.3g} > max_norm {MAX_NORM}"
-            if norm > MAX_NORM
-            else f"gradient norm {norm:.3g} < max_norm {MAX_NORM}"
+        case = (
+            "one micro-batch with an inf input (overflow)"
+            if overflow
+            else f"gradient norm {norm:.3g} {'>' if norm > MAX_NORM else '<'} max_norm {MAX_NORM}"
         )
-        label = f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={INIT_SCALE:g}), " + (
-            "one micro-batch with an inf input (overflow)" if overflow else clip
+        label = f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={cases.AMP_INIT_SCALE:g}), {case}"
+        learner = LearnerCall(
+            amp_accumulation_step, "amp_accumulation_step", error_hints=SCALER_ERROR_HINTS, label=label
         )
-        runs = run_variants(
-            lambda step, call=None: _run_amp(step, seed, input_scale, overflow, call),
-            amp_accumulation_step,
-            _amp_reference,
-            AMP_VARIANTS,
-            call=lambda fn, args: _call_amp(fn, args, label),
-        )
-        got, scaler, model, steps, trace, _, scaler_calls = runs.learner
-        _check_amp_trace(trace, label)
-        _one_backward_per_micro_batch(trace, name, label, 3, 3)
-        _check_scaler_order(scaler_calls, label)
-        if overflow:
-            if not torch.isfinite(got).all() or got.abs().max() > 0:
-                raise ExerciseError(
-                    f"the parameters changed although the gradients overflowed, for {label}.\nHint: step through "
-                    "scaler.step(optimizer): it skips the update when unscale_ found inf/NaN (optimizer.step() does not)."
-                )
-            if scaler.get_scale() != INIT_SCALE / 2:
-                raise ExerciseError(
-                    f"after an overflow the scale should halve ({INIT_SCALE:g} → {INIT_SCALE / 2:g}), got "
-                    f"{scaler.get_scale():g}, for {label}.\nHint: call scaler.update() once per optimizer step, after "
-                    "scaler.step(optimizer)."
-                )
-        else:
-            if steps != 1:
-                raise ExerciseError(
-                    f"optimizer.step() ran {steps} times for {label}; expected once.\nHint: one optimizer step per "
-                    "window, through scaler.step(optimizer), after the last micro-batch."
-                )
-            expected, ref_scaler, *_ = runs.reference
-            wrong = {hint: result[0] for hint, result in runs.results_by_hint().items()}
-            compare(got, expected, what="the parameter update", label=label, context={"accum_steps": 3}, mistakes=wrong)
-            if scaler.get_scale() != ref_scaler.get_scale():
-                raise ExerciseError(
-                    f"the scale is {scaler.get_scale():g} after a good step, expected {ref_scaler.get_scale():g} "
-                    f"(this scaler grows after every good step), for {label}.\nHint: call scaler.update() once per "
-                    "optimizer step, after scaler.step(optimizer)."
-                )
-        if not _grads_cleared(model):
-            raise ExerciseError(
-                f"after the step the gradients are still in .grad, for {label}.\n"
-                "Hint: end with optimizer.zero_grad(set_to_none=True), also when the step was skipped."
+        run = functools.partial(_run_amp, seed=seed, input_scale=input_scale, overflow=overflow)
+        runs = run_variants(run, learner, _amp_reference, AMP_VARIANTS)
+        got, scaler, model, steps, trace, calls = runs.learner
+        _check_amp_calls(trace, calls, learner)
+        if overflow and (not torch.isfinite(got).all() or got.abs().max() > 0):
+            raise _fail("optimizer-step", f"the parameters changed although the gradients overflowed, for {label}.")
+        if not overflow and steps != 1:
+            raise _fail("step-count", f"optimizer.step() ran {steps} times for {label}; expected once.")
+        if not overflow:
+            what = dict(what="the parameter update", label=label, context={"accum_steps": 3})
+            _compare_naming_variant(got, runs.reference[0], runs, _same_first, **what)
+        if scaler.get_scale() != runs.reference[1].get_scale():
+            raise _fail(
+                "update-count",
+                f"the scale is {scaler.get_scale():g} after the step, expected "
+                f"{runs.reference[1].get_scale():g} (it halves after an overflow, grows after a good step), for {label}.",
             )
+        _check_cleared(model, learner)
     passed(
         "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow "
         "step, scale updated (clip active and inactive)"
+    )
+
+
+# --------------------------------------------------------------------------- exercise 4: DDP × accumulation, token mean
+
+
+class _World:
+    """Ranks run as threads; ``all_reduce`` sums a tensor over them in place, as ``torch.distributed.all_reduce`` does.
+
+    The i-th all_reduce of every rank is one collective. A rank that finishes without joining
+    one would hang a real run; here the ranks waiting for it are released with an error.
+    """
+
+    def __init__(self, size: int):
+        self.size, self.calls, self.done = size, [0] * size, [False] * size
+        self._cond, self._slots = threading.Condition(), {}
+
+    def _complete(self, i: int) -> bool:
+        joined = self._slots[i]
+        return len(joined) == self.size or any(self.done[r] and r not in joined for r in range(self.size))
+
+    def all_reduce_for(self, rank: int) -> Callable:
+        def all_reduce(tensor, *args, **kwargs):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"all_reduce sums a tensor in place over the ranks, got {type(tensor).__name__}")
+            with self._cond:
+                i, self.calls[rank] = self.calls[rank], self.calls[rank] + 1
+                self._slots.setdefault(i, {})[rank] = tensor.detach().clone()
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._complete(i), timeout=30)
+                if len(self._slots[i]) < self.size:
+                    raise RuntimeError("all_reduce: another rank never joined this all_reduce (a real run hangs here)")
+                total = functools.reduce(torch.add, (self._slots[i][r] for r in range(self.size)))
+            with torch.no_grad():
+                tensor.copy_(total)
+
+        return all_reduce
+
+    def run(self, step, windows, world_size: int) -> list:
+        """``step(window, world_size, all_reduce)`` on every rank at once; its results (or the exception it raised)."""
+        results: list = [None] * self.size
+
+        def rank_main(rank: int) -> None:
+            try:
+                results[rank] = step(windows[rank], world_size, self.all_reduce_for(rank))
+            except Exception as exc:  # noqa: BLE001  handed back to the checker's thread
+                results[rank] = exc
+            finally:
+                with self._cond:
+                    self.done[rank] = True
+                    self._cond.notify_all()
+
+        threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(self.size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
+
+
+def _rank_variant(kind: str):
+    """The reference (``kind="right"``) or one of its typical slips."""
+
+    def answer(micro_batches, world_size, all_reduce):
+        counts = [mask.sum().double() for _, mask in micro_batches]
+        window = sum(counts)
+        for count in counts if kind == "micro-count" else [] if kind in ("rank-count", "rank-own-mean") else [window]:
+            all_reduce(count)
+        per_micro = counts if kind in ("micro-count", "rank-own-mean") else [window] * len(counts)
+        k = len(counts)
+        scale = {"no-world": 1, "over-world": 1 / world_size, "divide-by-k": world_size / k, "rank-own-mean": 1 / k}
+        return [
+            (losses if kind == "rank-padding" else losses * mask).sum() * scale.get(kind, world_size) / n.clamp_min(1)
+            for (losses, mask), n in zip(micro_batches, per_micro)
+        ]
+
+    return answer
+
+
+_rank_reference = _rank_variant("right")
+RANK_VARIANTS = _variants(
+    _rank_variant, "rank-own-mean rank-count micro-count no-world over-world divide-by-k rank-padding"
+)
+RANK_ERROR_HINTS = {
+    "none_value": "all_reduce works in place, like torch.distributed.all_reduce: it returns None and leaves the sum "
+    "in the tensor you pass.",
+}
+
+
+def _run_world(step, index: int):
+    """``step`` on every rank of world ``index``: what each returned, and the inputs it got."""
+    world = tokens.rank_windows(index)
+    # non-leaf copies: a learner's in-place write then changes the values (and is reported) instead of raising
+    inputs = [[(losses.clone().requires_grad_(True).clone(), mask.clone()) for losses, mask in rank] for rank in world]
+    sim = _World(len(world))
+    results = sim.run(step, inputs, len(world))
+    if len(set(sim.calls)) > 1:
+        raise _fail("all-reduce-skipped", f"the ranks called all_reduce different numbers of times: {sim.calls}.")
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results, inputs
+
+
+def _token_grads(results, inputs) -> torch.Tensor:
+    """(1/W)·d loss / d token_losses, all ranks and micro-batches in one flat vector: what DDP leaves per token."""
+    grads = [
+        torch.autograd.grad(loss, token_losses, retain_graph=True, allow_unused=True, materialize_grads=True)[0]
+        for losses, rank in zip(results, inputs)
+        for loss, (token_losses, _) in zip(losses, rank)
+    ]
+    return parameters_to_vector(grads) / len(inputs)
+
+
+def _same_token_grads(got, wrong) -> bool:
+    return close(_token_grads(*got), _token_grads(*wrong))
+
+
+def _check_rank_losses(results, inputs, learner: LearnerCall) -> None:
+    for rank, (losses, window) in enumerate(zip(results, inputs)):
+        if not isinstance(losses, (list, tuple)) or len(losses) != len(window):
+            raise _fail(
+                "not-one-loss-per-micro-batch",
+                f"`{learner.name}` returned {type(losses).__name__} on rank "
+                f"{rank} for {learner.label}; expected a list of {len(window)} losses.",
+            )
+        for k, (loss, (_, mask)) in enumerate(zip(losses, window)):
+            where = f"the loss of micro-batch {k} on rank {rank} ({int(mask.sum())} counted tokens) for {learner.label}"
+            if isinstance(loss, torch.Tensor) and loss.dim() > 0:
+                error = ExerciseError("shape", f"{where} has shape {tuple(loss.shape)}; a loss is a 0-dim tensor.")
+                raise error.but(
+                    hint="sum the counted tokens' losses: backward starts from one number.", mistake="not-a-scalar"
+                )
+            if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+                raise _fail("no-graph", f"{where} is a {type(loss).__name__} without a graph.")
+            if not torch.isfinite(loss.detach()):
+                raise _fail("empty-nan", f"{where} is {float(loss.detach())}.")
+
+
+def check_rank_window_losses(rank_window_losses: Callable) -> None:
+    """Check ``rank_window_losses(micro_batches, world_size, all_reduce)``: the losses one DDP rank backpropagates
+    over an accumulation window, so that DDP's average gradient is that of the window's global token mean.
+
+    >>> check_rank_window_losses(_rank_reference)
+    ✓ rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient (2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)
+    """
+    for index, world in enumerate(tokens.RANK_WINDOWS):
+        label = f"{len(world)} ranks × {len(world[0])} micro-batches of different shapes" + (
+            ", micro-batches and one rank's whole window without a counted token" if index else ""
+        )
+        learner = LearnerCall(rank_window_losses, "rank_window_losses", error_hints=RANK_ERROR_HINTS, label=label)
+        runs = run_variants(functools.partial(_run_world, index=index), learner, _rank_reference, RANK_VARIANTS)
+        results, inputs = runs.learner
+        fresh = tokens.rank_windows(index)
+        _check_unchanged(fresh, [[(t.detach(), m) for t, m in rank] for rank in inputs], learner)
+        _check_rank_losses(results, inputs, learner)
+        total = sum(int(mask.sum()) for rank in fresh for _, mask in rank)
+        expected = parameters_to_vector(mask.double() / total for rank in fresh for _, mask in rank)
+        what = dict(
+            what="DDP's average gradient with respect to each token's loss", label=label, context={"num_tokens": total}
+        )
+        _compare_naming_variant(_token_grads(results, inputs), expected, runs, _same_token_grads, **what)
+    passed(
+        "rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient "
+        "(2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"
     )

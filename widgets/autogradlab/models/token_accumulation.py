@@ -257,3 +257,70 @@ def micro_batch_tokens(batch: TokenBatch, accum_steps: int) -> list[int]:
         raise ValueError(f"accum_steps={accum_steps} must divide the batch of {len(batch)} sequences")
     size = len(batch) // accum_steps
     return [batch.slice(k * size, (k + 1) * size).tokens for k in range(accum_steps)]
+
+
+# --------------------------------------------------------------------------- uneven windows (chapter 07's exercises)
+
+
+def prompt_response_batch(
+    gen: torch.Generator, n_seqs: int, length: int, counted: bool = True, dim: int = 6, vocab: int = 5
+):
+    """A micro-batch whose mask is not a prefix: prompt (not counted), response (counted), then padding.
+
+    ``counted=False``: no token counts (prompts only, or sequences cut before their response).
+    """
+    features = torch.randn(n_seqs, length, dim, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, vocab, (n_seqs, length), generator=gen)
+    positions = torch.arange(length)[None, :]
+    prompt = torch.randint(0, max(1, length // 3), (n_seqs, 1), generator=gen)
+    response = torch.randint(1, length + 1, (n_seqs, 1), generator=gen)
+    mask = (positions >= prompt) & (positions < prompt + response) & counted
+    return TokenBatch(features, targets, mask)
+
+
+# (B, T) per micro-batch; a third entry False marks a micro-batch with no counted token
+UNEVEN_WINDOWS = (
+    ((3, 7), (2, 11), (4, 5)),
+    ((2, 9), (3, 4, False), (1, 12), (2, 6)),
+    ((5, 8),),
+)
+
+
+def uneven_window(index: int) -> list[TokenBatch]:
+    """Window ``index`` of :data:`UNEVEN_WINDOWS`: micro-batches of different shapes and token counts.
+
+    >>> [m.tokens > 0 for m in uneven_window(1)]
+    [True, False, True, True]
+    """
+    gen = torch.Generator().manual_seed(500 + index)
+    return [prompt_response_batch(gen, *spec) for spec in UNEVEN_WINDOWS[index]]
+
+
+# Worlds of ranks × micro-batches: RANK_WINDOWS[w][r][k] = (B, T) of rank r's micro-batch k, a third entry
+# False for no counted token. Every rank has the same number of micro-batches (DDP syncs on the last one).
+RANK_WINDOWS = (
+    (((3, 7), (2, 5), (1, 4)), ((2, 6), (1, 9), (3, 3))),
+    (((2, 8), (3, 4, False)), ((1, 7), (2, 6)), ((2, 4, False), (1, 5, False))),
+)
+
+
+def rank_windows(index: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """World ``index`` of :data:`RANK_WINDOWS`: per rank, per micro-batch, ``(token_losses, mask)`` in float64.
+
+    The losses are stand-ins for per-token cross-entropies (positive); every counted micro-batch has padding.
+
+    >>> [[int(mask.sum()) > 0 for _, mask in rank] for rank in rank_windows(1)]
+    [[True, False], [True, True], [False, False]]
+    """
+    gen = torch.Generator().manual_seed(700 + index)
+    world = []
+    for rank in RANK_WINDOWS[index]:
+        window = []
+        for b, t, *counted in rank:
+            losses = torch.rand(b, t, generator=gen, dtype=torch.float64) * 3
+            lengths = torch.randint(1, t + 1, (b,), generator=gen)
+            lengths[0] = max(1, t - 1)
+            mask = (torch.arange(t)[None, :] < lengths[:, None]) & (counted or [True])[0]
+            window.append((losses, mask))
+        world.append(window)
+    return world
