@@ -1,5 +1,6 @@
 # Two commands: `make lab` (open the course) and `make test` (run every test).
 # Both create .venv on first use and reinstall only when a requirements file changed.
+# The learner works in my-chapters/ (git does not track it); `make update` brings a course update in.
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,9 +9,10 @@ GRADER := .venv-grader
 LOCAL := $(CURDIR)/.jupyter-local
 SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: lab check test release execute clean help compat site
+.PHONY: lab update workspace check test release execute clean help compat site
 help:
-	@echo "make lab      open JupyterLab on chapters/00_welcome.ipynb"
+	@echo "make lab      open JupyterLab on your copy of the chapters, my-chapters/00_welcome.ipynb"
+	@echo "make update   git pull the course, then copy new chapters into my-chapters/ (yours are never overwritten)"
 	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about a minute)"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
@@ -30,7 +32,12 @@ venv-without-ensurepip:
 	$(PYTHON) -m pip download --quiet --no-deps --dest $(VENV)/bootstrap pip==26.3
 	$(BIN)/python "$$(ls $(VENV)/bootstrap/pip-*.whl)/pip" install --quiet --no-index "$$(ls $(VENV)/bootstrap/pip-*.whl)"
 
+# torch first, the build that fits the machine (tools/install_torch.py): on Linux x86-64 without an
+# NVIDIA GPU the CPU build (183 MiB) from PyTorch's CPU index, else PyPI's (the CUDA build on Linux,
+# 2.55 GiB); TORCH=cpu or TORCH=cuda forces one. Then the pinned rest, which keeps that torch.
+TORCH ?= auto
 $(VENV)/.installed-runtime: requirements.txt widgets/pyproject.toml | $(BIN)/python
+	$(BIN)/python tools/install_torch.py $(TORCH)
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	mkdir -p $(SETTINGS) && cp binder/overrides.json $(SETTINGS)/overrides.json
 	touch $@
@@ -78,10 +85,19 @@ $(SITE_VENV)/.installed: requirements-site.txt site/package.json site/package-lo
 site: $(SITE_VENV)/.installed
 	$(SITE_VENV)/bin/python site/build.py --out $(SITE_OUT)
 
+# The learner's copy (autogradlab/release/workspace.py): chapters they do not have yet are copied in,
+# chapters they changed are never overwritten. JupyterLab opens it, so chapters/ stays clean for git pull.
+LEARNER ?= my-chapters
+workspace: $(VENV)/.installed-runtime
+	$(BIN)/python -m autogradlab.release.workspace --to $(LEARNER)
+update:
+	git pull --ff-only
+	$(MAKE) --no-print-directory workspace
+
 # LAB_ARGS passes options through, e.g. make lab LAB_ARGS="--no-browser --port 8899".
 LAB_ARGS ?=
-lab: $(VENV)/.installed-runtime
-	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/chapters/00_welcome.ipynb $(LAB_ARGS)
+lab: workspace
+	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(LEARNER)/00_welcome.ipynb $(LAB_ARGS)
 
 # One pytest worker more than the cores, at most 4: the slow tests mostly wait (on kernels, JupyterLab,
 # Chromium, nbgrader), so a third worker on 2 cores overlaps those waits (measured on 2 cores, second

@@ -31,8 +31,11 @@ import json, sys
 from nbgrader.api import Gradebook
 with Gradebook("sqlite:///gradebook.db") as gb:
     print(json.dumps({s: [gb.find_submission(sys.argv[1], s).score, gb.find_submission(sys.argv[1], s).max_score]
-                      for s in ("alice", "bob")}))
+                      for s in sys.argv[2:]}))
 """
+# The settings docs/instructors.md gives (section 1): a 300 s cell timeout (chapter 07 starts a 2-process
+# DDP run) and add_missing_cells (nbgrader 0.8.5+), which puts back a check cell a student deleted.
+CONFIG = "c = get_config()\nc.Execute.timeout = 300\nc.OverwriteCells.add_missing_cells = True\n"
 
 
 def nbgrader(course: Path, *args: str) -> str:
@@ -57,12 +60,23 @@ def code_sources(path: Path) -> list[str]:
     ]
 
 
-def grade_chapter(solution: Path, tmp_path: Path) -> None:
-    """Generate the student version of `solution`, autograde it and the solution, and check the scores."""
+def without_first_check_cell(solution: Path, to: Path) -> None:
+    """The solution with its first graded (check) cell deleted, as a student might."""
+    nb = nbformat.read(solution, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    del nb.cells[first]
+    nbformat.write(nb, to)
+
+
+def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = False) -> None:
+    """Generate the student version of `solution`, autograde it and the solution, and check the scores.
+
+    With ``deleted_check_cell``, a third student (carol) hands in the solution without its first check
+    cell: add_missing_cells puts it back and she scores full marks too.
+    """
     course, assignment = tmp_path / "course", solution.stem
     (course / "source" / assignment).mkdir(parents=True)
-    # Chapters run real experiments (a 2-process DDP run in 07): allow more than nbgrader's 30 s a cell.
-    (course / "nbgrader_config.py").write_text("c = get_config()\nc.Execute.timeout = 300\n")
+    (course / "nbgrader_config.py").write_text(CONFIG)
     shutil.copy(solution, course / "source" / assignment)
     nbgrader(course, "generate_assignment", assignment, "--force")
     released = course / "release" / assignment / solution.name
@@ -70,20 +84,32 @@ def grade_chapter(solution: Path, tmp_path: Path) -> None:
         "nbgrader's student version differs from chapters/"
     )
 
-    for student, notebook in (("alice", solution), ("bob", released)):  # autograde adds the students to its db
+    students = {"alice": solution, "bob": released}
+    for student, notebook in students.items():  # autograde adds the students to its db
         target = course / "submitted" / student / assignment
         shutil.copytree(released.parent, target)
         shutil.copy(notebook, target / solution.name)
-    nbgrader(course, "autograde", assignment, "--force")
+    if deleted_check_cell:
+        students["carol"] = course / "submitted" / "carol" / assignment / solution.name
+        shutil.copytree(released.parent, students["carol"].parent)
+        without_first_check_cell(solution, students["carol"])
+    log = nbgrader(course, "autograde", assignment, "--force")
 
     run = subprocess.run(
-        [str(GRADER_BIN / "python"), "-c", SCORES, assignment], cwd=course, capture_output=True, text=True, check=True
+        [str(GRADER_BIN / "python"), "-c", SCORES, assignment, *students],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     scores = json.loads(run.stdout)
     alice_score, max_score = scores["alice"]
     assert max_score > 0
     assert alice_score == max_score, f"the solution should get full marks: {scores}"
     assert scores["bob"][0] == 0, f"an unanswered notebook should get no marks: {scores}"
+    if deleted_check_cell:
+        assert scores["carol"][0] == max_score, f"the deleted check cell should be put back and pass: {scores}"
+        assert "Missing grade cell" in log
     print(
         f"nbgrader {assignment}: solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
         file=sys.stderr,

@@ -13,11 +13,19 @@ def pins(path):
     return found
 
 
+# What the image adds for a class on a hub (docs/instructors.md, section 2): nbgitpuller, whose own
+# needs (jupyter_server, tornado) are already pinned, so it adds nothing else.
+HUB_EXTRAS = {"nbgitpuller"}
+
+
 def test_binder_requirements_pin_the_same_versions(repo_root):
     main, binder = pins(repo_root / "requirements.txt"), pins(repo_root / "binder" / "requirements.txt")
     assert main, "requirements.txt has no pins"
     assert binder.pop("torch") == main.pop("torch") + "+cpu"  # CPU build of the same release
+    extras = {name: binder.pop(name) for name in HUB_EXTRAS}
     assert binder == main
+    assert extras["nbgitpuller"] == pins(repo_root / "requirements-grader.txt")["nbgitpuller"]  # the version tested
+    assert "nbgitpuller" in (repo_root / "docs" / "instructors.md").read_text()
 
 
 def test_every_requirement_is_pinned_exactly(repo_root):
@@ -35,6 +43,10 @@ def test_binder_uses_pytorch_cpu_index_python_311_graphviz(repo_root):
     assert "graphviz" in (binder / "apt.txt").read_text().split()
     post = (binder / "postBuild").read_text()
     assert "pip install" in post and "./widgets" in post and "overrides.json" in post
+    assert " -e " not in post, "an editable install points into the image's home, which a hub's volume hides"
+    start = (binder / "start").read_text()
+    assert start.rstrip().endswith('exec "$@"'), "repo2docker's start must hand over to the server"
+    assert (binder / "start").stat().st_mode & 0o111 and (binder / "postBuild").stat().st_mode & 0o111
 
 
 def test_readme_badges_open_chapter_00_at_the_release_tag(repo_root):
@@ -44,7 +56,7 @@ def test_readme_badges_open_chapter_00_at_the_release_tag(repo_root):
     readme = (repo_root / "README.md").read_text()
     assert badges("00_welcome.ipynb") in readme
     match = re.search(r"https://mybinder\.org/v2/gh/[^)\s]+", readme)
-    assert match and "urlpath=lab%2Ftree%2Fchapters%2F00_welcome.ipynb" in match.group(0)
+    assert match and "urlpath=lab%2Ftree%2Fmy-chapters%2F00_welcome.ipynb" in match.group(0)  # the learner's copy
     assert "/HEAD?" not in readme, "Binder must build a tag, not a moving HEAD that rebuilds on every commit"
 
 

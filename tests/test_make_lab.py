@@ -1,7 +1,8 @@
-"""`make lab` starts JupyterLab with chapter 00 as the page it opens."""
+"""`make lab` copies the chapters into the learner's own folder and starts JupyterLab on chapter 00 there."""
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,8 +19,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_make_lab_serves_chapter_00(tmp_path):
+def test_make_lab_serves_chapter_00_from_the_learners_copy(tmp_path):
     port = free_port()
+    learner = "build/test-make-lab/my-chapters"  # under the checkout, where JupyterLab serves from
+    shutil.rmtree(ROOT / learner, ignore_errors=True)
     log_path = tmp_path / "lab.log"
     with open(log_path, "w") as log:
         lab = subprocess.Popen(
@@ -27,6 +30,7 @@ def test_make_lab_serves_chapter_00(tmp_path):
                 "make",
                 "--no-print-directory",
                 "lab",
+                f"LEARNER={learner}",
                 f"LAB_ARGS=--no-browser --allow-root --ServerApp.ip=127.0.0.1 --port {port} --ServerApp.port_retries=0",
             ],
             cwd=ROOT,
@@ -42,8 +46,11 @@ def test_make_lab_serves_chapter_00(tmp_path):
             url = match.group(0) if match else None
             time.sleep(0.5)
         assert url, f"make lab printed no URL:\n{log_path.read_text()[-2000:]}"
-        assert f"127.0.0.1:{port}/lab/tree/chapters/00_welcome.ipynb?token=" in url
+        assert f"127.0.0.1:{port}/lab/tree/{learner}/00_welcome.ipynb?token=" in url
         assert urllib.request.urlopen(url, timeout=10).status == 200
+        copied = sorted(p.name for p in (ROOT / learner).glob("*.ipynb"))
+        assert copied == sorted(p.name for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=30)
+        shutil.rmtree(ROOT / "build" / "test-make-lab", ignore_errors=True)

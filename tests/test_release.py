@@ -180,7 +180,7 @@ def test_answers_prediction_tag_on_an_exercise_is_an_authoring_error():
 
 
 def test_chapters_get_launch_badges_and_a_setup_cell_that_does_nothing_here(tmp_path):
-    from autogradlab.release.launch import RELEASE_TAG, REPOSITORY, SETUP_TAG, setup_source
+    from autogradlab.release.launch import RELEASE_TAG, REPOSITORY, SETUP_METADATA, setup_source
 
     nb = new_notebook(cells=[new_markdown_cell("# 05 · Topic\n\n**The question...**"), new_code_cell("x = 1")])
     student = student_notebook(nb, "solutions/05_topic.ipynb")
@@ -189,47 +189,52 @@ def test_chapters_get_launch_badges_and_a_setup_cell_that_does_nothing_here(tmp_
     for host in ("colab.research.google.com", "kaggle.com", "mybinder.org"):
         assert host in title
     assert f"{REPOSITORY}/blob/{RELEASE_TAG}/chapters/05_topic.ipynb" in title
+    assert "urlpath=lab%2Ftree%2Fmy-chapters%2F05_topic.ipynb" in title  # Binder opens the learner's copy
     assert "/HEAD" not in title and "/main" not in title  # a tag, not a moving branch
     setup = student.cells[1]
-    assert setup.metadata["tags"] == [SETUP_TAG] and setup.source == setup_source()
+    assert setup.metadata == SETUP_METADATA and setup.source == setup_source()
+    # One collapsed line: Colab's form title, folded in JupyterLab and VS Code.
+    assert setup.source.startswith("#@title Setup") and setup.metadata["cellView"] == "form"
+    assert setup.metadata["jupyter"]["source_hidden"] is True
     # In an environment that has the package the cell prints nothing and installs nothing.
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    code = TransformerManager().transform_cell(setup.source)
-    out = subprocess.run([sys.executable, "-c", "get_ipython = None\n" + code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", setup.source], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == "" and out.stderr == ""
 
 
-def test_setup_cell_installs_on_colab_and_explains_elsewhere():
-    from IPython.core.inputtransformer2 import TransformerManager
+def _run_setup(monkeypatch, *, colab: bool = False, kaggle: bool = False) -> tuple[list, list, list]:
+    """Run the setup cell as a runtime without the package would: (pip commands, complete() calls, printed)."""
+    import importlib.util
+    import subprocess as subprocess_module
+    import types
 
-    from autogradlab.release.launch import PACKAGE_SPEC, setup_source
+    import autogradlab.runtime
+    from autogradlab.release.launch import setup_source
 
-    code = TransformerManager().transform_cell(setup_source())
-    calls = []
+    commands, completed, printed = [], [], []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(subprocess_module, "run", lambda command, **kw: commands.append(command))
+    monkeypatch.setattr(autogradlab.runtime, "complete", lambda: completed.append(True))
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    if kaggle:
+        monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    else:
+        monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    exec(setup_source(), {"print": lambda *a: printed.append(" ".join(map(str, a)))})
+    return commands, completed, printed
 
-    class Shell:
-        def run_line_magic(self, name, line):
-            calls.append((name, line))
 
-    fake_find_spec = "import importlib.util as u; u.find_spec = lambda name: None\n"
-    for env, expect_install in (({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, True), ({}, False)):
-        calls.clear()
-        printed = []
-        namespace = {"get_ipython": Shell, "print": lambda *a: printed.append(" ".join(map(str, a)))}
-        import os
+@pytest.mark.parametrize("where", ["colab", "kaggle"])
+def test_setup_cell_installs_the_package_alone_then_only_what_is_missing(monkeypatch, where):
+    from autogradlab.release.launch import PACKAGE_SPEC
 
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            exec(fake_find_spec + code.replace("get_ipython()", "get_ipython()"), namespace)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-            import importlib.util
+    commands, completed, printed = _run_setup(monkeypatch, colab=where == "colab", kaggle=where == "kaggle")
+    assert commands == [[sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", PACKAGE_SPEC]]
+    assert completed == [True] and not printed  # complete() installs what lacks (never torch) and says so
 
-            importlib.reload(importlib.util)
-        if expect_install:
-            assert calls == [("pip", f'install --quiet "{PACKAGE_SPEC}"')] and not printed
-        else:
-            assert not calls and "make lab" in printed[0]
+
+def test_setup_cell_elsewhere_explains_and_installs_nothing(monkeypatch):
+    commands, completed, printed = _run_setup(monkeypatch)
+    assert not commands and not completed and "make lab" in printed[0]

@@ -7,15 +7,18 @@ once per release and Colab/Kaggle install code that matches the chapter.
 
 >>> badges("05_custom_functions.ipynb").count("](https://")
 6
->>> "%pip install" in setup_source()
+>>> setup_source().splitlines()[0].startswith("#@title Setup")
 True
 """
 
 from __future__ import annotations
 
+import copy
 from urllib.parse import quote
 
 from nbformat.v4 import new_code_cell
+
+from autogradlab.release.workspace import LEARNER_DIR
 
 REPOSITORY = "autogradlab/autograd-lab"  # GitHub owner/name
 RELEASE_TAG = "v0.1.0"  # the tag the badges and the Colab/Kaggle install point at
@@ -33,7 +36,8 @@ def launch_urls(name: str) -> dict[str, str]:
     return {
         "Colab": f"https://colab.research.google.com/github/{REPOSITORY}/blob/{RELEASE_TAG}/chapters/{name}",
         "Kaggle": f"https://kaggle.com/kernels/welcome?src={quote(chapter_url(name), safe='')}",
-        "Binder": f"https://mybinder.org/v2/gh/{REPOSITORY}/{RELEASE_TAG}?urlpath={quote('lab/tree/chapters/' + name, safe='')}",
+        # Binder opens the learner's copy, which the image's postBuild makes (release/workspace.py)
+        "Binder": f"https://mybinder.org/v2/gh/{REPOSITORY}/{RELEASE_TAG}?urlpath={quote(f'lab/tree/{LEARNER_DIR}/{name}', safe='')}",
     }
 
 
@@ -49,24 +53,39 @@ def badges(name: str) -> str:
     return " ".join(f"[![Open in {k}]({_BADGE_IMAGES[k]})]({url})" for k, url in launch_urls(name).items())
 
 
-def setup_source() -> str:
-    """The setup cell: nothing in the course's environment; on Colab or Kaggle, install the package."""
-    return f'''# Setup. In the course's own environment (make lab, Binder) this cell does nothing.
-# On Colab or Kaggle it installs the course package (loose dependencies, about a minute).
-import importlib.util, os, sys
+SETUP_TITLE = (
+    "#@title Setup: run this cell first (on Colab or Kaggle it installs the course package; elsewhere it does nothing)"
+)
+# Colab shows a form cell (#@title, cellView "form") as its title line; JupyterLab and VS Code fold a
+# cell whose source is hidden. The code stays one click away in both.
+SETUP_METADATA = {"tags": [SETUP_TAG], "cellView": "form", "jupyter": {"source_hidden": True}}
+
+
+def setup_source(spec: str = PACKAGE_SPEC) -> str:
+    """The setup cell: nothing where the package is installed; on Colab or Kaggle, install it and what is missing.
+
+    ``--no-deps`` keeps the platform's torch (and its CUDA build) untouched; :func:`autogradlab.runtime.complete`
+    then installs only the dependencies the runtime lacks, never torch, and says so in one line.
+    """
+    return f'''{SETUP_TITLE}
+import importlib, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("autogradlab") is None:
     if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
-        %pip install --quiet "{PACKAGE_SPEC}"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "{spec}"], check=True)
+        importlib.invalidate_caches()
+        import autogradlab.runtime
+
+        autogradlab.runtime.complete()
     else:
         print("The course package is not installed here: run `make lab` in the course folder (README), "
-              "or `pip install '{PACKAGE_SPEC}'`.")'''
+              "or `pip install '{spec}'`.")'''
 
 
 def add_launch_cells(nb, name: str) -> None:
     """Put the badges under the chapter's title and the setup cell right after the first cell (in place)."""
     title, _, rest = nb.cells[0].source.partition("\n")
     nb.cells[0].source = f"{title}\n\n{badges(name)}\n{rest}"
-    cell = new_code_cell(setup_source(), metadata={"tags": [SETUP_TAG]})
+    cell = new_code_cell(setup_source(), metadata=copy.deepcopy(SETUP_METADATA))
     cell.id = SETUP_TAG  # a fixed id (nbformat draws random ones), so the release is deterministic
     nb.cells.insert(1, cell)
