@@ -85,11 +85,11 @@ $(SITE_VENV)/.installed: requirements-site.txt site/package.json site/package-lo
 site: $(SITE_VENV)/.installed
 	$(SITE_VENV)/bin/python site/build.py --out $(SITE_OUT)
 
-# The learner's copy (autogradlab/release/workspace.py): chapters they do not have yet are copied in,
+# The learner's copy (autogradlab/workspace.py): chapters they do not have yet are copied in,
 # chapters they changed are never overwritten. JupyterLab opens it, so chapters/ stays clean for git pull.
 LEARNER ?= my-chapters
 workspace: $(VENV)/.installed-runtime
-	$(BIN)/python -m autogradlab.release.workspace --to $(LEARNER)
+	$(BIN)/python -m autogradlab.workspace --to $(LEARNER)
 update:
 	git pull --ff-only
 	$(MAKE) --no-print-directory workspace

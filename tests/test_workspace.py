@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from autogradlab.release.workspace import MANIFEST, main, sync
+from autogradlab.workspace import MANIFEST, main, sync
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_a_copy_made_by_hand_is_adopted_when_equal_and_kept_when_not(course, tmp
 
 def test_the_command_finds_the_checkout_and_says_where_the_copy_is(repo_root, tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "autogradlab.release.workspace", "--to", str(tmp_path / "mine")],
+        [sys.executable, "-m", "autogradlab.workspace", "--to", str(tmp_path / "mine")],
         cwd=repo_root / "widgets",  # any folder inside the checkout
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from nbformat.v4 import new_code_cell
 
-from autogradlab.release.workspace import LEARNER_DIR
+from autogradlab.workspace import LEARNER_DIR
 
 REPOSITORY = "autogradlab/autograd-lab"  # GitHub owner/name
 RELEASE_TAG = "v0.1.0"  # the tag the badges and the Colab/Kaggle install point at
@@ -36,7 +36,7 @@ def launch_urls(name: str) -> dict[str, str]:
     return {
         "Colab": f"https://colab.research.google.com/github/{REPOSITORY}/blob/{RELEASE_TAG}/chapters/{name}",
         "Kaggle": f"https://kaggle.com/kernels/welcome?src={quote(chapter_url(name), safe='')}",
-        # Binder opens the learner's copy, which the image's postBuild makes (release/workspace.py)
+        # Binder opens the learner's copy, which the image's postBuild makes (autogradlab/workspace.py)
         "Binder": f"https://mybinder.org/v2/gh/{REPOSITORY}/{RELEASE_TAG}?urlpath={quote(f'lab/tree/{LEARNER_DIR}/{name}', safe='')}",
     }
 

@@ -8,7 +8,7 @@ hub open a copy. :func:`sync` brings the course into that copy and never loses t
 - a chapter the learner has not changed since it was copied follows the course when the course changes;
 - a chapter the learner changed is kept as it is; when the course changed it too, sync says so.
 
-``python -m autogradlab.release.workspace [--course DIR] [--to DIR]`` (defaults: ``chapters/`` and
+``python -m autogradlab.workspace [--course DIR] [--to DIR]`` (defaults: ``chapters/`` and
 ``my-chapters/`` of the checkout around the current folder). What was copied is recorded by content
 hash in ``my-chapters/.course-versions.json``.
 
@@ -92,9 +92,7 @@ def _checkout(start: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m autogradlab.release.workspace", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m autogradlab.workspace", description=__doc__.split("\n\n")[0])
     parser.add_argument("--course", type=Path, help="the course's chapters (default: chapters/ of the checkout)")
     parser.add_argument("--to", type=Path, help=f"the learner's copy (default: {LEARNER_DIR}/ next to chapters/)")
     args = parser.parse_args(argv)
