@@ -374,7 +374,7 @@ def check_ema(init_ema, ema_update_) -> None:
 
     >>> def init_ema(model):
     ...     params = dict(model.named_parameters())
-    ...     flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
+    ...     flat = torch.nn.utils.parameters_to_vector(params.values()).detach()  # a new buffer
     ...     pieces = flat.split([p.numel() for p in params.values()])
     ...     return {name: piece.view(p.shape) for (name, p), piece in zip(params.items(), pieces)}
     >>> def ema_update_(ema, model, decay):

@@ -17,10 +17,9 @@ differs from the reference's, :meth:`Runs.closest` names the variant that did th
 >>> runs.reference, runs.learner, runs.closest(lambda got, wrong: got == wrong).hint
 (6.0, 9.0, 'doubling is x * 2, not x ** 2')
 
-:func:`recorded_scaler_calls` logs the calls a ``GradScaler`` receives, in order.
-``torch.optim.Optimizer`` has public step hooks (``register_step_pre_hook`` /
-``register_step_post_hook``): use those to watch an optimizer. ``GradScaler`` has none,
-so this is the one place that wraps a scaler's methods, for one object, and undoes it.
+:func:`recorded_scaler_calls` logs the calls a ``GradScaler`` receives, in order, through
+:func:`autogradlab.models.doctor.watch_scaler` (the one place that wraps a scaler's methods;
+``torch.optim.Optimizer`` has public step hooks, use those to watch an optimizer).
 
 >>> import torch
 >>> model = torch.nn.Linear(2, 1)
@@ -44,6 +43,7 @@ from typing import Any
 import torch
 
 from autogradlab.checks.core import LearnerCall, close
+from autogradlab.models.doctor import watch_scaler
 from autogradlab.models.train_state import Snapshot, snapshot
 
 # --------------------------------------------------------------------------- variants of a step
@@ -72,7 +72,7 @@ _FAILED = object()  # a variant that raised on this setup
 
 @dataclass
 class Runs:
-    """The reference's and the learner's results; each variant's is run on first use (:meth:`closest`, :meth:`results_by_hint`).
+    """The reference's and the learner's results; each variant's is run on first use (:meth:`closest`).
 
     A variant runs only when a check needs it (most learners' answers are right), once.
     A variant that raises on a setup (some slips make PyTorch raise there) is left out:
@@ -102,18 +102,12 @@ class Runs:
                 return variant
         return None
 
-    def results_by_hint(self, keep: Callable[[Any], bool] = lambda result: True) -> dict[str, Any]:
-        """``{hint: result}`` of the variants whose result ``keep`` accepts (``mistakes=`` of ``checks.core.compare``)."""
-        results = {variant.hint: self.result(variant) for variant in self.variants}
-        return {hint: result for hint, result in results.items() if result is not _FAILED and keep(result)}
-
 
 def run_variants(
     run: Callable[[Callable], Any],
     learner: LearnerCall,
     reference: Callable | None,
     variants: tuple[Variant, ...] = (),
-    **legacy: Any,
 ) -> Runs:
     """Run ``reference``, then ``learner``, through ``run(step)``; the variants run when a comparison needs them.
 
@@ -124,8 +118,6 @@ def run_variants(
     result another way (e.g. one autograd pass over the whole window).
     """
     expected = None if reference is None else run(reference)
-    if legacy.get("call") is not None:  # LEGACY (issue 21 migration): run(step, call=...)
-        return Runs(reference=expected, learner=run(learner, call=legacy["call"]), run=run, variants=variants)
     return Runs(reference=expected, learner=run(learner), run=run, variants=variants)
 
 
@@ -168,25 +160,14 @@ SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
 @contextlib.contextmanager
 def recorded_scaler_calls(scaler: torch.amp.GradScaler, methods=SCALER_METHODS) -> Iterator[list[str]]:
-    """Log the names of ``scaler``'s ``methods`` as they are called, in order; the list stays readable after.
-
-    Instance attributes shadow the class's methods for this one object only (GradScaler has
-    no hooks to observe it otherwise); they are removed on exit.
-    """
+    """Log the names of ``scaler``'s ``methods`` as they are called, in order; the list stays readable after."""
     log: list[str] = []
-    for method in methods:
-        original = getattr(scaler, method)
 
-        def recorded(*args, _original=original, _method=method, **kwargs):
-            log.append(_method)
-            return _original(*args, **kwargs)
+    def logged(method: str) -> Callable:
+        return lambda original, *args, **kwargs: (log.append(method), original(*args, **kwargs))[1]
 
-        setattr(scaler, method, recorded)
-    try:
+    with watch_scaler(scaler, {method: logged(method) for method in methods}):
         yield log
-    finally:
-        for method in methods:
-            vars(scaler).pop(method, None)
 
 
 __all__ = [
