@@ -1,28 +1,98 @@
-"""Chapter 09 checkers: each correct answer passes in several forms; each plausible wrong one is rejected
-with a hint that names its mistake (through the doctor's finding where the doctor sees it)."""
+"""Chapter 09 checkers: each correct answer passes in several forms; each plausible wrong one is rejected with
+the mistake it makes (``ExerciseError.mistake``, through the doctor's code where the doctor sees it) and a hint."""
 
 import collections
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autogradlab.checks.ch09 import (
+from autogradlab.checks.ch09 import check_amp_step, check_case_1, check_repaired_convnet, check_untrained_leaves
+from autogradlab.checks.core import ExerciseError
+from autogradlab.models.debug_cases import (
     CLIP_NORM,
     HEAD_LIMIT,
     TinyConvNet,
-    check_amp_step,
-    check_repaired_convnet,
-    check_untrained_leaves,
-    course_calls,
+    batches_of,
+    conv_setup,
     reference_amp_step,
+    stripes,
 )
-from autogradlab.checks.core import ExerciseError
-from autogradlab.models.doctor import graph_leaves
+from autogradlab.models.doctor import Report, graph_leaves
 
-# ---------------------------------------------------------------------------- exercise 1
+
+def rejected(check, answer, *args) -> ExerciseError:
+    with pytest.raises(ExerciseError) as info:
+        check(answer, *args)
+    return info.value
+
+
+# ---------------------------------------------------------------------------- exercise 1: case 1 by hand
+
+
+class LoggedConvNet(TinyConvNet):
+    def forward(self, x):
+        features = self.features(x)
+        self.logged = features = features.detach()
+        features /= features.norm(dim=1, keepdim=True)
+        return self.head(features).squeeze(1)
+
+
+def case_1(seed=0, model_class=LoggedConvNet, bound=4 // 10):
+    """The chapter's case 1: its model, optimizer and step."""
+    model, optimizer = conv_setup(seed, model_class)
+
+    def step(batch):
+        x, y = batch
+        optimizer.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        for p in model.head.parameters():
+            p.data.clamp_(-bound, bound)
+        return loss.item()
+
+    return step, model, optimizer
+
+
+NO_GRAD, OVERWRITTEN = ["features.0.weight", "features.0.bias"], ("head.weight", "head.bias")
+HYPOTHESIS = "the conv layer gets no gradient and the head is reset after every step"
+
+
+def test_measurements_that_match_pass_and_show_the_doctor(capsys):
+    report = check_case_1(case_1, HYPOTHESIS, NO_GRAD, OVERWRITTEN)
+    assert capsys.readouterr().out.startswith("✓ your measurements match")
+    assert isinstance(report, Report) and {"missing-grad", "update-undone", "data-bypass"} <= report.codes
+
+
+@pytest.mark.parametrize(
+    "hypothesis, no_grad, overwritten, mistake",
+    [
+        ("", NO_GRAD, OVERWRITTEN, "no-hypothesis"),
+        ("no idea", NO_GRAD, OVERWRITTEN, "no-hypothesis"),
+        (HYPOTHESIS, [], OVERWRITTEN, "no_grad_1-wrong"),
+        (HYPOTHESIS, NO_GRAD + ["head.weight"], OVERWRITTEN, "no_grad_1-wrong"),
+        (HYPOTHESIS, NO_GRAD, ["head.weight"], "overwritten_1-wrong"),  # the bias is reset too
+        (HYPOTHESIS, NO_GRAD, [], "overwritten_1-wrong"),
+    ],
+)
+def test_a_guess_that_the_measurement_contradicts_is_rejected_without_the_answer(
+    hypothesis, no_grad, overwritten, mistake
+):
+    error = rejected(check_case_1, case_1, hypothesis, no_grad, overwritten)
+    assert error.mistake == mistake
+    assert error.hint is None or "features" not in error.hint and "head" not in error.hint
+
+
+def test_names_must_be_a_list_of_strings_and_the_case_must_still_be_broken():
+    assert rejected(check_case_1, case_1, HYPOTHESIS, "features.0.weight", OVERWRITTEN).kind == "type"
+    fixed = lambda seed=0: case_1(seed, TinyConvNet, bound=100.0)  # noqa: E731
+    assert rejected(check_case_1, fixed, HYPOTHESIS, [], []).kind == "contract"
+
+
+# ---------------------------------------------------------------------------- exercise 1: the repaired forward
 
 
 def _convnet(body):
@@ -89,6 +159,13 @@ def _in_place(self, x):
     return self.head(f).squeeze(1)
 
 
+def _through_data(self, x):
+    f = self.features(x)
+    self.logged = f.detach().clone()
+    f.data /= f.data.norm(dim=1, keepdim=True)  # no error: the normalisation is hidden from autograd
+    return self.head(f).squeeze(1)
+
+
 def _wrong_dim(self, x):
     f = self.features(x)
     self.logged = f.detach().clone()
@@ -118,44 +195,37 @@ def test_repaired_convnets_pass(body, capsys):
 
 
 @pytest.mark.parametrize(
-    "body, hint",
+    "body, kind, mistake",
     [
-        (_logged_view, "detach() is not a copy"),
-        (_logged_with_graph, "requires grad"),
-        (_logged_normalised, "before the normalisation"),
-        (_no_log, "self.logged"),
-        (_super_forward, "TinyConvNet.forward is the course's version"),
-        (_detached, "gets no gradient"),
-        (_in_place, "in-place normalisation"),
-        (_wrong_dim, "dim=1"),
-        (_not_normalised, "not normalised"),
-        (_no_squeeze, "squeeze"),
-        (_not_implemented, "NotImplementedError"),
+        (_logged_view, "contract", "log-is-a-view"),
+        (_logged_with_graph, "contract", "log-with-graph"),
+        (_logged_normalised, "value", "log-normalised"),
+        (_no_log, "contract", "no-log"),
+        (_super_forward, "off-limits", "autogradlab.models.debug_cases.TinyConvNet.forward"),
+        (_detached, "contract", "no-gradient"),
+        (_in_place, "raised", "stale"),
+        (_through_data, "value", "data-write"),
+        (_wrong_dim, "value", "wrong-dim"),
+        (_not_normalised, "value", "not-normalised"),
+        (_no_squeeze, "shape", "no-squeeze"),
+        (_not_implemented, "not-implemented", None),
     ],
 )
-def test_broken_convnets_are_rejected_with_their_hint(body, hint):
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_repaired_convnet(_convnet(body))
+def test_broken_convnets_are_rejected_with_their_mistake(body, kind, mistake):
+    error = rejected(check_repaired_convnet, _convnet(body))
+    assert (error.kind, error.mistake) == (kind, mistake)
+    assert error.hint or kind == "not-implemented"
 
 
 def test_a_class_that_is_not_a_tinyconvnet_is_rejected():
-    with pytest.raises(ExerciseError, match="subclass TinyConvNet"):
-        check_repaired_convnet(nn.ReLU)
+    assert rejected(check_repaired_convnet, nn.ReLU).kind == "type"
 
 
-# ---------------------------------------------------------------------------- exercise 2
+# ---------------------------------------------------------------------------- exercise 2: the AMP step
 
 
-def _amp(
-    clip="after",
-    clamp="no_grad",
-    zero_grad=True,
-    stepper="scaler",
-    autocast=torch.float16,
-    ret="detach",
-    bound=HEAD_LIMIT,
-    count="scale",
-):
+def _amp(clip="after", clamp="no_grad", zero_grad=True, stepper="scaler", autocast=torch.float16, ret="detach",
+         bound=HEAD_LIMIT, count="scale"):  # fmt: skip
     def step(model, optimizer, scaler, batch, counter):
         x, y = batch
         if zero_grad:
@@ -169,16 +239,22 @@ def _amp(
         scaler.unscale_(optimizer)
         if clip == "after":
             torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=CLIP_NORM)
-        scale, before = scaler.get_scale(), model.head.weight.detach().clone()
+        scale, before, stepped = scaler.get_scale(), model.head.weight.detach().clone(), []
+        handle = optimizer.register_step_post_hook(lambda *args: stepped.append(1))
         if stepper == "scaler":
             scaler.step(optimizer)
         else:
             optimizer.step()
+        handle.remove()
         scaler.update()
         if count == "scale" and scaler.get_scale() >= scale:
             counter["updates"] += 1
+        elif count == "equal" and scaler.get_scale() == scale:  # errata 09 §5a: misses the steps where it grows
+            counter["updates"] += 1
         elif count == "moved" and not torch.equal(before, model.head.weight):
             counter["updates"] += 1
+        elif count == "hook":
+            counter["updates"] += len(stepped)
         elif count == "always" or (count == "finite loss" and torch.isfinite(loss)):
             counter["updates"] += 1
         if clamp == "no_grad":
@@ -188,9 +264,29 @@ def _amp(
         elif clamp == "data":
             for p in model.head.parameters():
                 p.data.clamp_(-bound, bound)
-        return loss.item() if ret == "item" else loss.detach()
+        return {"item": lambda: loss.item(), "graph": lambda: loss}.get(ret, loss.detach)()
 
     return step
+
+
+def amp_step_draft(model, optimizer, scaler, batch, counter):
+    """The chapter's draft: two AMP bugs (the clip before unscale_, optimizer.step()) and a counter bug."""
+    x, y = batch
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.binary_cross_entropy_with_logits(model(x).float(), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    scaler.unscale_(optimizer)
+    optimizer.step()
+    scale = scaler.get_scale()
+    scaler.update()
+    if scaler.get_scale() == scale:
+        counter["updates"] += 1
+    with torch.no_grad():
+        for p in model.head.parameters():
+            p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
+    return loss.detach()
 
 
 def _amp_zero_grad_at_end(model, optimizer, scaler, batch, counter):
@@ -211,7 +307,7 @@ def _amp_without_scaler(model, optimizer, scaler, batch, counter):
     with torch.no_grad():
         for p in model.head.parameters():
             p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
-    return loss
+    return loss.detach()
 
 
 def _amp_rescaling(model, optimizer, scaler, batch, counter):
@@ -245,51 +341,6 @@ def _amp_mutates_batch(model, optimizer, scaler, batch, counter):
     return _amp()(model, optimizer, scaler, (x, y), counter)
 
 
-@pytest.mark.parametrize("step", [reference_amp_step, _amp(ret="item"), _amp(), _amp(count="moved")])
-def test_correct_amp_steps_pass(step, capsys):
-    check_amp_step(step)
-    assert capsys.readouterr().out.startswith("✓ amp_step")
-
-
-@pytest.mark.parametrize(
-    "step, hint",
-    [
-        (_amp(clip="before"), "call scaler.unscale_(optimizer) before clip_grad_norm_"),
-        (_amp(clamp="data"), "not through p.data"),
-        (_amp(bound=4 // 10), "4 // 10 is integer division"),
-        (_amp(zero_grad=False), "zero_grad() at the start"),
-        (_amp(clip="none"), "the gradients are not clipped"),
-        (_amp_rescaling, "only shrinks gradients whose norm is above the threshold"),
-        (_amp(clamp="none"), "the head is not kept in"),
-        (_amp(autocast=None), "the forward runs in float32"),
-        (_amp(autocast=torch.bfloat16), "the forward runs in bf16"),
-        (_amp_zero_grad_at_end, "already in .grad when it started"),
-        (_amp(stepper="optimizer"), "calls optimizer.step() itself"),
-        (_amp_without_scaler, "does not use the GradScaler"),
-        (_amp_calls_reference, "reference_amp_step is the checker's answer"),
-        (_amp_mutates_batch, "changed the batch it was given in place"),
-        (_amp(count="always"), "it counts steps the GradScaler skipped"),
-        (_amp(count="finite loss"), "even with a finite loss"),
-        (_amp(count="never"), "count exactly the updates the optimizer applied"),
-        (
-            lambda model, optimizer, scaler, batch, counter: (_ for _ in ()).throw(NotImplementedError()),
-            "NotImplementedError",
-        ),
-    ],
-)
-def test_broken_amp_steps_are_rejected_with_their_hint(step, hint):
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_amp_step(step)
-
-
-def _clamp_everything(model, optimizer, scaler, batch, counter):
-    loss = _amp()(model, optimizer, scaler, batch, counter)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
-    return loss
-
-
 def _amp_unscaled_backward(model, optimizer, scaler, batch, counter):
     x, y = batch
     optimizer.zero_grad()
@@ -313,36 +364,86 @@ def _amp_no_scaler_step(model, optimizer, scaler, batch, counter):
     return loss.detach()
 
 
+def _clamp_everything(model, optimizer, scaler, batch, counter):
+    loss = _amp()(model, optimizer, scaler, batch, counter)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
+    return loss
+
+
 @pytest.mark.parametrize(
-    "step, hint",
+    "step", [reference_amp_step, _amp(ret="item"), _amp(), _amp(count="moved"), _amp(count="hook")]
+)
+def test_correct_amp_steps_pass(step, capsys):
+    check_amp_step(step)
+    assert capsys.readouterr().out.startswith("✓ amp_step")
+
+
+@pytest.mark.parametrize(
+    "step, mistake",
     [
-        (_amp_unscaled_backward, "scaler.scale(loss).backward()"),
-        (_amp_no_scaler_step, "step with scaler.step(optimizer)"),
+        (amp_step_draft, "clip-before-unscale"),  # the chapter's draft: the doctor sees this one of its three bugs
+        (_amp(clip="before"), "clip-before-unscale"),
+        (_amp(clamp="data"), "data-bypass"),
+        (_amp(bound=4 // 10), "update-undone"),
+        (_amp(zero_grad=False), "grad-not-cleared"),
+        (_amp(clip="none"), "no-clip"),
+        (_amp_rescaling, "always-rescale"),
+        (_amp(clamp="none"), "no-clamp"),
+        (_clamp_everything, "clamp-all"),
+        (_amp(autocast=None), "fp32"),
+        (_amp(autocast=torch.bfloat16), "bf16"),
+        (_amp_zero_grad_at_end, "stale-grads"),
+        (_amp(stepper="optimizer"), "optimizer-step"),
+        (_amp_without_scaler, "no-scaler"),
+        (_amp_calls_reference, "autogradlab.models.debug_cases.reference_amp_step"),
+        (_amp_mutates_batch, "batch-changed"),
+        (_amp(ret="graph"), "loss-with-graph"),
+        (_amp(count="always"), "counts-skipped"),
+        (_amp(count="finite loss"), "counts-skipped"),
+        (_amp(count="equal"), "misses-updates"),
+        (_amp(count="never"), "misses-updates"),
+        (_amp_unscaled_backward, "scaler_never_scaled"),
+        (_amp_no_scaler_step, "scaler_no_inf_checks"),
     ],
 )
-def test_steps_that_raise_inside_the_scaler_get_a_hint(step, hint):
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_amp_step(step)
+def test_broken_amp_steps_are_rejected_with_their_mistake(step, mistake):
+    error = rejected(check_amp_step, step)
+    assert error.mistake == mistake and error.hint
 
 
-def test_clamping_every_parameter_is_named():
-    with pytest.raises(ExerciseError, match="only the head is constrained"):
-        check_amp_step(_clamp_everything)
+def test_amp_step_not_implemented():
+    def todo(model, optimizer, scaler, batch, counter):
+        raise NotImplementedError()
+
+    assert rejected(check_amp_step, todo).kind == "not-implemented"
+
+
+def test_the_drafts_other_bugs_are_found_once_the_doctor_is_silent():
+    """Fix only the clip order: the optimizer.step() bug is next; fix that too: the counter."""
+
+    def clip_fixed(model, optimizer, scaler, batch, counter):
+        return _amp(stepper="optimizer", count="equal")(model, optimizer, scaler, batch, counter)
+
+    assert rejected(check_amp_step, clip_fixed).mistake == "optimizer-step"
+    assert rejected(check_amp_step, _amp(count="equal")).mistake == "misses-updates"
 
 
 def test_the_clip_threshold_is_both_above_and_below_the_checkers_gradient_norms():
     """Otherwise a step that always rescales to CLIP_NORM would pass (the rejection above needs this)."""
-    from autogradlab.checks.ch09 import CONV_LR, CONV_MOMENTUM, batches_of, stripes
-
     data = batches_of(*stripes(384, seed=3), 32)
     norms = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def recorded(*args, **kwargs):
+        norms.append(float(original(*args, **kwargs)))
+        return norms[-1]
+
     for seed in (0, 1):
-        torch.manual_seed(seed)
-        model = TinyConvNet()
-        opt = torch.optim.SGD(model.parameters(), lr=CONV_LR, momentum=CONV_MOMENTUM)
+        model, opt = conv_setup(seed)
         scaler = torch.amp.GradScaler("cpu")
-        original = torch.nn.utils.clip_grad_norm_
-        torch.nn.utils.clip_grad_norm_ = lambda *a, **k: norms.append(float(original(*a, **k))) or norms[-1]
+        torch.nn.utils.clip_grad_norm_ = recorded
         try:
             for batch in data[:6]:
                 reference_amp_step(model, opt, scaler, batch, {"updates": 0})
@@ -427,6 +528,21 @@ def _no_seen_set(model, loss):
     return found
 
 
+def _no_seen_set_dedup(model, loss):
+    """Errata 09 §5a: right on small graphs (leaves deduplicated), exponential on shared sub-paths."""
+    registered = {id(p) for p in model.parameters()}
+    found, stack = {}, [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        leaf = getattr(node, "variable", None)
+        if leaf is not None and id(leaf) not in registered:
+            found[id(leaf)] = leaf
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return list(found.values())
+
+
 def _scan_attributes(model, loss):
     registered = {id(p) for p in model.parameters()}
     found = []
@@ -494,31 +610,32 @@ def test_graph_walks_pass(answer, capsys):
 
 
 @pytest.mark.parametrize(
-    "answer, hint",
+    "answer, kind, mistake",
     [
-        (_recursive, "walk with a stack"),
-        (_all_leaves, "in model.parameters()"),
-        (_no_seen_set, "more than once"),
-        (_scan_attributes, "walk the graph from loss.grad_fn"),
-        (_backward_and_grad, "`backward()`"),
-        (_doctor_walk, "the doctor's graph walk and capture() are the course's answer"),
-        (_crashes_on_none, "skip those entries"),
-        (_value_membership, "compare identities"),
-        (_names, "return the tensors"),
-        (_only_parameters, "wherever it lives"),
-        (lambda model, loss: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+        (_recursive, "raised", "recursion"),
+        (_all_leaves, "value", "registered"),
+        (_no_seen_set, "contract", "duplicates"),
+        (_no_seen_set_dedup, "contract", "no-visited-set"),
+        (_scan_attributes, "value", "not-in-graph"),
+        (_backward_and_grad, "off-limits", "`backward()`"),
+        (_doctor_walk, "off-limits", "autogradlab.models.doctor.observe.graph_leaves"),
+        (_crashes_on_none, "raised", "none_value"),
+        (_names, "type", "names"),
+        (_only_parameters, "value", "missed"),
     ],
 )
-def test_wrong_graph_walks_are_rejected_with_their_hint(answer, hint):
-    with pytest.raises(ExerciseError, match=re.escape(hint)):
-        check_untrained_leaves(answer)
+def test_wrong_graph_walks_are_rejected_with_their_mistake(answer, kind, mistake):
+    error = rejected(check_untrained_leaves, answer)
+    assert (error.kind, error.mistake) == (kind, mistake) and error.hint
 
 
-def test_course_calls_records_only_calls_from_outside_the_package_and_torch():
-    model = TinyConvNet()
-    with course_calls() as seen:
-        model(torch.zeros(1, 1, 12, 12))  # torch calls TinyConvNet.forward: not the learner's call
-    assert seen == []
-    with course_calls() as seen:
-        TinyConvNet.forward(model, torch.zeros(1, 1, 12, 12))
-    assert seen == ["autogradlab.checks.ch09.TinyConvNet.forward"]
+def test_comparing_tensors_by_value_is_named():
+    error = rejected(check_untrained_leaves, _value_membership)
+    assert error.mistake in ("ambiguous_bool", "size_mismatch") and "identities" in error.hint
+
+
+def test_untrained_leaves_not_implemented():
+    def todo(model, loss):
+        raise NotImplementedError()
+
+    assert rejected(check_untrained_leaves, todo).kind == "not-implemented"
