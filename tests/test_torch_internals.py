@@ -363,3 +363,18 @@ def test_inductor_decompositions_split_gelu_into_pointwise_ops():
     assert torch.ops.aten.gelu.default in table and torch.ops.aten.gelu_backward.default in table
     x = torch.randn(5)
     assert torch.allclose(table[torch.ops.aten.gelu.default](x), torch.nn.functional.gelu(x))
+
+
+def test_attention_kernels_include_the_one_sdpa_runs_here():
+    seen = []
+
+    class Log(internals.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    q = torch.randn(1, 2, 4, 8)
+    with Log():
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert len(internals.attention_kernels()) >= 3
+    assert [op for op in seen if op in internals.attention_kernels()], seen

@@ -262,4 +262,19 @@ def inductor_decompositions() -> dict:
     return select_decomp_table()
 
 
-__all__ += ["explain", "inductor_decompositions"]
+def attention_kernels() -> tuple:
+    """The aten ops ``F.scaled_dot_product_attention`` dispatches to (CPU flash, CUDA flash, memory-efficient, cuDNN).
+
+    A selective-checkpoint policy sees these, not the public function; their names start with an
+    underscore. Kernels missing on the installed torch are left out.
+    """
+    names = (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
+    return tuple(getattr(torch.ops.aten, n).default for n in names if hasattr(torch.ops.aten, n))
+
+
+__all__ += ["explain", "inductor_decompositions", "attention_kernels"]
