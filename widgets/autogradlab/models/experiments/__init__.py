@@ -9,7 +9,7 @@ progress and a JSON file whose header says where and when they ran::
 
 >>> from autogradlab.models.experiments import EXPERIMENTS, run_experiment
 >>> sorted(EXPERIMENTS)
-['accumulation', 'amp', 'autocast', 'checkpoint', 'clip', 'inplace', 'scaler', 'underflow']
+['accumulation', 'amp', 'autocast', 'checkpoint', 'clip', 'compile', 'inplace', 'scaler', 'underflow']
 >>> run_experiment("inplace", device="cpu").cases[0]["raised"]
 True
 """
@@ -34,12 +34,14 @@ from autogradlab.models.experiments.checkpoint import (
 )
 from autogradlab.models.experiments.clip import ClipResult, clip_sweep_table, clip_table, run_clip
 from autogradlab.models.experiments.common import PRESETS, as_record, experiment_device, header, resolve_preset
+from autogradlab.models.experiments.compile import CompileResult, compile_table, run_compile
 from autogradlab.models.experiments.inplace import InplaceResult, inplace_table, run_inplace
 from autogradlab.models.experiments.recorded import Recorded, data_dir, latest_recorded, load_results, recorded_files
 from autogradlab.models.experiments.scaler import ScalerResult, run_scaler, scaler_table
 from autogradlab.models.experiments.underflow import UnderflowResult, fp16_fate, run_underflow, underflow_table
 
-# In the order the chapter meets them (and the CLI runs them); the last two are chapter 04's topics, on the device.
+# In the order the chapter meets them (and the CLI runs them); inplace and checkpoint are chapter 04's topics, on the
+# device; compile is chapter 11's.
 EXPERIMENTS: dict[str, Callable[..., Any]] = {
     "autocast": run_autocast,
     "underflow": run_underflow,
@@ -49,6 +51,7 @@ EXPERIMENTS: dict[str, Callable[..., Any]] = {
     "accumulation": run_accumulation,
     "inplace": run_inplace,
     "checkpoint": run_checkpoint,
+    "compile": run_compile,  # chapter 11: eager vs torch.compile (meant for a GPU: inductor)
 }
 
 TABLES: dict[str, Callable[[Any], str]] = {
@@ -60,6 +63,7 @@ TABLES: dict[str, Callable[[Any], str]] = {
     "accumulation": accumulation_table,
     "inplace": inplace_table,
     "checkpoint": checkpoint_table,
+    "compile": compile_table,
 }
 
 
@@ -112,12 +116,14 @@ __all__ = [
     "AutocastResult",
     "CheckpointResult",
     "ClipResult",
+    "CompileResult",
     "InplaceResult",
     "Recorded",
     "ScalerResult",
     "UnderflowResult",
     "as_record",
     "clip_sweep_table",
+    "compile_table",
     "data_dir",
     "experiment_device",
     "fp16_fate",
@@ -133,6 +139,7 @@ __all__ = [
     "run_autocast",
     "run_checkpoint",
     "run_clip",
+    "run_compile",
     "run_experiment",
     "run_inplace",
     "run_scaler",

@@ -34,6 +34,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--preset", default="auto", choices=["auto", *PRESETS], help="sizes: auto = cpu-small on CPU, gpu-large on CUDA"
     )
     parser.add_argument("--out", type=Path, help="write the results JSON here")
+    parser.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile backend of the compile experiment (inductor; aot_eager for a quick CPU run)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars and no tables")
     return parser.parse_args(argv)
 
@@ -55,7 +60,8 @@ def main(argv=None) -> int:
     for name in bar:
         bar.set_postfix_str(name)
         start = time.perf_counter()
-        result = EXPERIMENTS[name](device, preset, progress_bar=not args.quiet)
+        options = {"backend": args.compile_backend} if name == "compile" else {}
+        result = EXPERIMENTS[name](device, preset, progress_bar=not args.quiet, **options)
         record["seconds"][name] = round(time.perf_counter() - start, 2)
         record["results"][name] = as_record(result)
         if args.out:  # written after every experiment, so a crash late in a long GPU run keeps the rest
