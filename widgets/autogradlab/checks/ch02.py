@@ -1,14 +1,13 @@
 """Checkers for chapter 02 (the chain rule in tensor form): layers the learner derives by hand.
 
-The chapter derives the linear layer and a tanh MLP in full; the exercises ask for three layers
-it does not show: an embedding lookup with repeated indices, a numerically stable softmax
-cross-entropy, and LayerNorm. Every reference is computed by autograd in the input's dtype; every
-learner function runs by hand (autograd and aten's backward kernels off limits), on non-square
-shapes, batches larger than one and several seeds, with the edges each exercise names.
+The chapter derives the linear layer and a tanh MLP in full; the exercises ask for two layers it
+does not show: a numerically stable softmax cross-entropy, and LayerNorm. Each reference is
+autograd's, in the input's dtype; the learner's function runs by hand (autograd and aten's
+backward kernels off limits), on non-square shapes, batches larger than one and the edges the
+exercise names.
 
->>> check_embedding_backward(lambda idx, weight, G: torch.zeros_like(weight).index_add_(
-...     0, idx.reshape(-1), G.reshape(-1, weight.shape[1])))
-✓ embedding_backward matches the reference on 5 inputs
+>>> check_layernorm_backward(_layernorm_manual)
+✓ layernorm_backward matches the reference on 4 inputs (outputs dx, dgamma, dbeta)
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from autogradlab.checks.core import (
     Mistake,
     OffLimits,
     Routine,
-    check_function,
     check_function_outputs,
     seeded,
 )
@@ -31,8 +29,6 @@ from autogradlab.checks.core import (
 _ATEN_BACKWARDS = tuple(
     Routine(torch.ops.aten, name, f"`torch.ops.aten.{name}`")
     for name in (
-        "embedding_backward",
-        "embedding_dense_backward",
         "_softmax_backward_data",
         "_log_softmax_backward_data",
         "native_layer_norm_backward",
@@ -42,98 +38,6 @@ _ATEN_BACKWARDS = tuple(
 
 def _by_hand(why: str, routines=()) -> OffLimits:
     return OffLimits(autograd=True, no_graph=True, routines=(*_ATEN_BACKWARDS, *routines), why=why)
-
-
-# --------------------------------------------------------------------------- embedding lookup
-
-
-def _embedding_reference(idx, weight, G):
-    weight = weight.detach().requires_grad_(True)
-    (grad,) = torch.autograd.grad(F.embedding(idx, weight), weight, G)
-    return grad
-
-
-def _embedding_cases() -> list[Case]:
-    cases = []
-    # (idx shape, V, D, dtype, seed): every case repeats some indices and leaves some rows unused.
-    for shape, vocab, dim, dtype, seed in [
-        ((3, 5), 7, 4, torch.float64, 40),
-        ((4, 6), 10, 3, torch.float64, 41),
-        ((9,), 6, 5, torch.float64, 42),
-        ((2, 3, 4), 9, 2, torch.float64, 43),
-        ((2, 7), 8, 3, torch.float32, 44),
-    ]:
-        gen = seeded(seed)
-        idx = torch.randint(0, vocab - 2, shape, generator=gen)  # the last two rows are never looked up
-        idx.view(-1)[:3] = idx.view(-1)[0]  # the same token three times, at least
-        weight = torch.randn(vocab, dim, generator=gen, dtype=dtype)
-        G = torch.randn(*shape, dim, generator=gen, dtype=dtype)
-        label = f"idx {tuple(shape)} with repeats, weight {(vocab, dim)}, G {tuple(G.shape)} ({str(dtype)[6:]})"
-        cases.append(Case((idx, weight, G), label, context={"num_tokens": idx.numel()}))
-    return cases
-
-
-def _scatter(idx, weight, G, *, accumulate=True, average=False):
-    flat, rows = idx.reshape(-1), G.reshape(-1, weight.shape[1])
-    out = torch.zeros_like(weight).index_put_((flat,), rows, accumulate=accumulate)
-    if average:
-        counts = torch.bincount(flat, minlength=weight.shape[0]).clamp_min(1).to(weight.dtype)
-        out = out / counts[:, None]
-    return out
-
-
-_EMBEDDING_HINTS = {
-    "overwrite": "repeated indices overwrite each other: `dW[idx] = G` (and `dW[idx] += G`) keeps ONE of the rows that share an index. Every lookup of a token adds its gradient: use `index_add_`, `index_put_(..., accumulate=True)` or a one-hot matmul.",
-    "mean-over-repeats": "a token looked up k times gets the SUM of its k gradients, not their mean: do not divide by the count.",
-    "every-row": "every row got the gradient of every position: row v only receives G at the positions where idx == v.",
-    "over-positions": "the gradients were averaged over the positions: the lookup has no 1/N of its own (G already carries the loss's).",
-}
-EMBEDDING_MISTAKES = tuple(
-    Mistake(key, _EMBEDDING_HINTS[key], compute)
-    for key, compute in {
-        "overwrite": lambda idx, weight, G: _scatter(idx, weight, G, accumulate=False),
-        "mean-over-repeats": lambda idx, weight, G: _scatter(idx, weight, G, average=True),
-        "every-row": lambda idx, weight, G: G.reshape(-1, weight.shape[1]).sum(0).expand_as(weight).clone(),
-        "over-positions": lambda idx, weight, G: _scatter(idx, weight, G) / idx.numel(),
-    }.items()
-)
-
-_FLATTEN = (
-    "flatten first: idx.reshape(-1) has K = idx.numel() entries and G.reshape(-1, D) has K rows; "
-    "row k of G belongs to row idx[k] of the weight, whose gradient has the weight's shape (V, D)."
-)
-_FACTORS = (
-    "check each factor's dtype and shape: F.one_hot returns int64, so convert it (`.to(G.dtype)`) before a "
-    "matmul with G; and " + _FLATTEN
-)
-
-
-def _hinted(error: ExerciseError, hint: str) -> ExerciseError:
-    """``error`` with ``hint`` when the learner's code raised and no error kind named the cause."""
-    return error.but(hint=hint) if error.kind == "raised" and error.hint is None else error
-
-
-def check_embedding_backward(embedding_backward) -> None:
-    """Check ``embedding_backward(idx, weight, G) -> dW`` for ``Y = weight[idx]`` (``F.embedding``), by hand.
-
-    >>> check_embedding_backward(lambda idx, weight, G: F.one_hot(idx.reshape(-1), weight.shape[0]).to(G.dtype).T
-    ...                          @ G.reshape(-1, weight.shape[1]))
-    ✓ embedding_backward matches the reference on 5 inputs
-    """
-    try:
-        check_function(
-            embedding_backward,
-            _embedding_reference,
-            _embedding_cases(),
-            name="embedding_backward",
-            mistakes=EMBEDDING_MISTAKES,
-            error_hints={"size_mismatch": _FLATTEN},
-            off_limits=_by_hand(
-                "derive the gradient with indexing and sums: autograd and aten's backward kernels do it for you."
-            ),
-        )
-    except ExerciseError as error:
-        raise _hinted(error, _FACTORS) from None
 
 
 # --------------------------------------------------------------------------- softmax cross-entropy
