@@ -124,10 +124,11 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
     stays None over a step, ``overwritten`` those whose value at the end of the step is not the one
     ``optimizer.step()`` gave them.
     """
-    if not isinstance(hypothesis, str) or len(hypothesis.split()) < 4:
+    if not isinstance(hypothesis, str) or len(hypothesis.split()) < 6:
         raise ExerciseError(
             "contract",
-            "Write your hypothesis first: one line in `hypothesis_1` (a few words at least), what you think is wrong.",
+            "Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong "
+            "and why it gives this symptom.",
             mistake="no-hypothesis",
         )
     case = LearnerCall(case_1, "case_1", frozen_inputs=False)
@@ -165,20 +166,24 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
 
 # --------------------------------------------------------------------------- exercise 1: the repaired forward
 
-FORWARD_MISTAKES = {  # what a slip gives from the features f, and the hint that names it
-    "wrong-dim": (
+FORWARD_MISTAKES = (  # each computes the slip's features from the right ones, f
+    Mistake(
+        "wrong-dim",
+        "normalise each example's feature vector: the norm is over dim=1 (keepdim=True).",
         lambda f: f / (f.norm(dim=0, keepdim=True) + 1e-6),
-        "normalise each example's feature vector: the norm is over the features, dim=1 (keepdim=True).",
     ),
-    "not-normalised": (
-        lambda f: f,
+    Mistake(
+        "not-normalised",
         "the features are not normalised: divide each example's features by their L2 norm.",
+        lambda f: f,
     ),
-    "no-keepdim": (
-        lambda f: f / (f.norm() + 1e-6),
+    Mistake(
+        "no-keepdim",
         "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.",
+        lambda f: f / (f.norm() + 1e-6),
     ),
-}
+)
+NO_SQUEEZE = Mistake("no-squeeze", "the logits need shape (N,): squeeze the head's last dimension, .squeeze(1).")
 
 
 DATA_WRITE = Mistake(
@@ -186,6 +191,10 @@ DATA_WRITE = Mistake(
     "the logits are right but the gradients skip the normalisation: a write through `.data` hides the division "
     "from autograd. Normalise out of place (f / f.norm(...)).",
 )
+
+
+def _same_shape(got: Any, expected: torch.Tensor) -> bool:
+    return isinstance(got, torch.Tensor) and got.shape == expected.shape
 
 
 def _check_logged(model: nn.Module, features: torch.Tensor, values: torch.Tensor, name: str, label: str) -> None:
@@ -262,24 +271,13 @@ def check_repaired_convnet(cls) -> None:
             out = LearnerCall(model, f"{name}.forward", OffLimits(course=(CASE_DATA,), why=why), hints).on(label)(x)
         finally:
             handle.remove()
-        if not isinstance(out, torch.Tensor):
-            compare(out, reference(x), what=f"`{name}` logits", label=label)
         f = reference.features(x)
         accepted = (reference(x), reference.head(f / (f.norm(dim=1, keepdim=True) + 1e-6)).squeeze(1))
-        wrong = {m: reference.head(fn(f)).squeeze(1).detach() for m, (fn, _) in FORWARD_MISTAKES.items()}
-        got = out.detach()
-        expected = min(
-            accepted, key=lambda e: float((got - e.detach()).abs().max()) if got.shape == e.shape else math.inf
-        )
-        try:
-            compare(out.detach(), expected.detach(), what=f"`{name}` logits", label=label)
-        except ExerciseError as error:
-            slip = next((m for m, v in wrong.items() if v.shape == out.shape and close(out.detach(), v)), None)
-            if slip is None and out.shape == expected.unsqueeze(1).shape:
-                slip, hint = "no-squeeze", "the logits need shape (N,): squeeze the head's last dimension, .squeeze(1)."
-            else:
-                hint = FORWARD_MISTAKES[slip][1] if slip else error.hint
-            raise error.but(hint=hint, mistake=slip or error.mistake) from None
+        got = out.detach() if isinstance(out, torch.Tensor) else out
+        expected = min(accepted, key=lambda e: float((got - e.detach()).abs().max()) if _same_shape(got, e) else 1e9)
+        wrong = {m: reference.head(m.compute(f)).squeeze(1).detach() for m in FORWARD_MISTAKES}
+        wrong[NO_SQUEEZE] = expected.detach().unsqueeze(1)
+        compare(got, expected.detach(), what=f"`{name}` logits", label=label, mistakes=wrong)
         if len(captured) != 1:
             raise ExerciseError(
                 "contract", f"`{name}.forward` should run self.features once per call; it ran {len(captured)} times."
@@ -565,20 +563,20 @@ LEAF_ERROR_HINTS = {  # by the kind of error the learner's walk raised (autograd
 }
 
 
-def _as_tensor_list(got: Any, name: str, label: str) -> list[torch.Tensor]:
-    if isinstance(got, torch.Tensor) or not isinstance(got, (list, tuple, set, frozenset)):
-        raise ExerciseError("type", f"`{name}` should return a list of tensors for {label}, got {type(got).__name__}.")
-    items = list(got)
-    if any(isinstance(i, str) for i in items):
-        raise ExerciseError(
-            "type",
-            f"`{name}` returned names for {label}.",
-            hint="return the tensors themselves (AccumulateGrad nodes hold them in `.variable`), not their names.",
-            mistake="names",
-        )
-    if not all(isinstance(i, torch.Tensor) for i in items):
-        raise ExerciseError("type", f"`{name}` should return tensors, got {sorted({type(i).__name__ for i in items})}.")
-    return items
+LEAF_MISTAKES = {  # the slips of a returned list, by mistake id
+    "names": "return the tensors themselves (AccumulateGrad nodes hold them in `.variable`), not their names.",
+    "duplicates": "a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a set "
+    "of the nodes (or tensors) you have seen.",
+    "registered": "those are the ones the optimizer does see; leave them out.",
+    "not-in-graph": "a tensor kept in the model but never used by the forward is not in the loss's graph, so backward "
+    "gives it nothing: walk the graph from loss.grad_fn, not the model's attributes.",
+    "no-grad-tensor": "a tensor that does not require grad is no leaf of the graph and gets no gradient.",
+    "missed": "every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a list or "
+    "dict of the model, or outside it (an input that requires grad); follow every next_functions entry, skipping the "
+    "(None, 0) ones.",
+    "no-visited-set": "your walk visits a node once per path to it, and h = h * w + h doubles the paths at every step: "
+    "keep a set of the nodes you have seen and skip them.",
+}
 
 
 def check_untrained_leaves(untrained_leaves) -> None:
@@ -617,53 +615,34 @@ def check_untrained_leaves(untrained_leaves) -> None:
         except ExerciseError as error:
             if VISITS["limit"] is not None and VISITS["reads"] > VISITS["limit"]:
                 raise error.but(
-                    kind="contract",
-                    hint="your walk visits a node once per path to it, and h = h * w + h doubles the paths at every "
-                    "step: keep a set of the nodes you have seen and skip them.",
-                    mistake="no-visited-set",
+                    kind="contract", hint=LEAF_MISTAKES["no-visited-set"], mistake="no-visited-set"
                 ) from None
             raise
         finally:
             VISITS["limit"] = None
-        items = _as_tensor_list(got, name, label)
+        if isinstance(got, torch.Tensor) or not isinstance(got, (list, tuple, set, frozenset)):
+            raise ExerciseError("type", f"`{name}` should return a list of tensors for {label}, got {type(got)}.")
+        items = list(got)
         ids = [id(t) for t in items]
-        if len(set(ids)) != len(ids):
-            raise ExerciseError(
-                "contract",
-                f"`{name}` returned the same tensor more than once for {label}.",
-                hint="a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a "
-                "set of the nodes (or tensors) you have seen.",
-                mistake="duplicates",
-            )
         registered, want = {id(p) for p in model.parameters()}, {id(t) for t in expected}
-        extra = [t for t in items if id(t) not in want]
-        missing = [t for t in expected if id(t) not in set(ids)]
-        if any(i in registered for i in ids):
+        extra = [t for t in items if isinstance(t, torch.Tensor) and id(t) not in want]
+        slips = {
+            "names": any(isinstance(t, str) for t in items),
+            "type": not all(isinstance(t, torch.Tensor) for t in items),
+            "duplicates": len(set(ids)) != len(ids),
+            "registered": any(i in registered for i in ids),
+            "not-in-graph": any(t.requires_grad for t in extra),
+            "no-grad-tensor": bool(extra),
+            "missed": not want <= set(ids),
+        }
+        slip = next((m for m, happened in slips.items() if happened), None)
+        if slip is not None:
+            kind = {"names": "type", "type": "type", "duplicates": "contract"}.get(slip, "value")
             raise ExerciseError(
-                "value",
-                f"`{name}` returned tensors that are in model.parameters() for {label}.",
-                hint="those are the ones the optimizer does see; leave them out.",
-                mistake="registered",
-            )
-        if extra:
-            graphless = any(t.requires_grad for t in extra)
-            raise ExerciseError(
-                "value",
-                f"`{name}` returned {len(extra)} tensor(s) too many for {label} (shapes {[tuple(t.shape) for t in extra]}).",
-                hint="a tensor kept in the model but never used by the forward is not in the loss's graph, so backward "
-                "gives it nothing: walk the graph from loss.grad_fn, not the model's attributes."
-                if graphless
-                else "a tensor that does not require grad is no leaf of the graph and gets no gradient.",
-                mistake="not-in-graph" if graphless else "no-grad-tensor",
-            )
-        if missing:
-            raise ExerciseError(
-                "value",
-                f"`{name}` missed {len(missing)} tensor(s) for {label} (shapes {[tuple(t.shape) for t in missing]}).",
-                hint="every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a "
-                "list or dict of the model, or outside it (an input that requires grad); follow every next_functions "
-                "entry, skipping the (None, 0) ones.",
-                mistake="missed",
+                kind,
+                f"`{name}` returned {len(items)} item(s) for {label}; {len(want)} tensor(s) are expected, each once.",
+                hint=LEAF_MISTAKES.get(slip),
+                mistake=slip if slip != "type" else None,
             )
     passed(
         f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an input, a graph "
