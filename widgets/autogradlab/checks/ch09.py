@@ -87,6 +87,7 @@ def _loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tuple[fl
 def _measure_case(case: Callable) -> tuple[set[str], set[str]]:
     """(parameters without a gradient, parameters a write after optimizer.step() changed) over two calls."""
     step, model, optimizer = case()
+    step = LearnerCall(step, "the step case_1 returns", frozen_inputs=False)
     names = {id(p): n for n, p in model.named_parameters()}
     after_step: dict[str, torch.Tensor] = {}
 
