@@ -2,24 +2,29 @@
 
 The notebooks import them from here, and the checkers use the same builders so a check
 measures what the chapter shows. Chapter 04: :func:`make_mlp`, :func:`mlp_loss`,
-:func:`measure_saved_bytes`, :data:`OPS`; chapter 05: :func:`jacobians`.
+:func:`memory_peak`, :data:`OPS` (saved bytes are counted by :mod:`autogradlab.graph.saved_bytes`);
+chapter 05: :func:`jacobians`.
 
+>>> from autogradlab.graph.saved_bytes import SavedBytes
 >>> model = make_mlp([3, 4, 2])
->>> x = torch.randn(5, 3)
->>> params = {p.untyped_storage().data_ptr() for p in model.parameters()}
->>> _, saved = measure_saved_bytes(lambda: mlp_loss(model, x), exclude=params)
->>> saved  # float32: x (5×3), ReLU's output (5×4: saved by ReLU and the second Linear, one storage), the output (5×2)
+>>> with SavedBytes(exclude=model.parameters()) as saved:
+...     loss = mlp_loss(model, torch.randn(5, 3))
+>>> saved.total  # float32: x (5×3), ReLU's output (5×4: saved by ReLU and the second Linear, one storage), the output (5×2)
 180
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
-
-from autogradlab.graph.saved_bytes import SavedBytes
 
 # --------------------------------------------------------------------------- chapter 04: saved tensors and memory
 
@@ -44,21 +49,70 @@ def mlp_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model(x).pow(2).mean()
 
 
-def saved_storages(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, dict[int, int]]:
-    """Run ``build()``; return its result and {storage ptr: bytes} autograd saved, in the order first saved.
+#: The memory profiler's categories, in the order of its timeline (``export_memory_timeline``).
+MEMORY_KINDS = (
+    "parameters",
+    "optimizer state",
+    "input",
+    "temporaries",
+    "activations",
+    "gradients",
+    "activation gradients",  # the profiler's AUTOGRAD_DETAIL: gradients flowing backward through the activations
+    "unknown",
+)
 
-    Storages whose ``data_ptr`` is in ``exclude`` (parameters) are left out. Counted by
-    :class:`autogradlab.graph.saved_bytes.SavedBytes`, the one home of saved-bytes accounting.
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """What was alive when a training step held the most memory (bytes): the total and its kinds."""
+
+    peak: int
+    by_kind: dict[str, int]
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the profiler's own C++ log lines (they carry timestamps) for the duration of the block."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def memory_peak(step: Callable[[], object]) -> MemoryPeak:
+    """Run ``step()`` once under ``torch.profiler``'s memory profiler (CPU) and return the peak of live bytes.
+
+    The profiler sorts every allocation into :data:`MEMORY_KINDS` from the graph and the optimizer it
+    sees; the timeline is read at the moment the total is highest. Run the step once before, so the
+    optimizer state exists (the first step creates it).
+
+    >>> model = make_mlp([8, 8, 2])
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> def step():
+    ...     optimizer.zero_grad()
+    ...     mlp_loss(model, torch.ones(4, 8)).backward()
+    ...     optimizer.step()
+    >>> measured = memory_peak(step)
+    >>> measured.peak == sum(measured.by_kind.values()), measured.by_kind["parameters"]
+    (True, 360)
     """
-    with SavedBytes() as saved:
-        result = build()
-    return result, {key: s.nbytes for key, s in saved.storages.items() if key not in exclude}
+    from torch.profiler import ProfilerActivity, profile
 
-
-def measure_saved_bytes(build: Callable, exclude: set[int] = frozenset()) -> tuple[object, int]:
-    """Run ``build()``; return its result and the bytes autograd saved (each storage once, ``exclude`` left out)."""
-    result, storages = saved_storages(build, exclude)
-    return result, sum(storages.values())
+    options = {"activities": [ProfilerActivity.CPU], "profile_memory": True, "record_shapes": True, "with_stack": True}
+    with _quiet_stderr(), warnings.catch_warnings(), tempfile.TemporaryDirectory() as folder:
+        warnings.simplefilter("ignore")  # export_memory_timeline is deprecated in favour of a CUDA-only recorder
+        with profile(**options) as profiler:
+            step()
+        path = os.path.join(folder, "timeline.json")
+        profiler.export_memory_timeline(path, device="cpu")
+        with open(path) as file:
+            _, sizes = json.load(file)
+    at_peak = max(sizes, key=sum)[1:]  # index 0 of each row is unused
+    return MemoryPeak(sum(at_peak), dict(zip(MEMORY_KINDS, at_peak)))
 
 
 # Chapter 04's single ops: each one is changed in place to see whether backward still runs.
@@ -115,4 +169,4 @@ def jacobians(fn: Callable, args: Sequence[torch.Tensor], eps: float = 1e-6) -> 
     return list(zip(analytic, numeric))
 
 
-__all__ = ["ACTIVATIONS", "OPS", "jacobians", "make_mlp", "measure_saved_bytes", "mlp_loss", "saved_storages"]
+__all__ = ["ACTIVATIONS", "MEMORY_KINDS", "OPS", "MemoryPeak", "jacobians", "make_mlp", "memory_peak", "mlp_loss"]
