@@ -1,15 +1,24 @@
-"""Headless Chromium for the browser and site tests: Debian's binary, never a downloaded one.
+"""Headless Chromium and a JupyterLab server for the browser tests: Debian's binary, never a downloaded one.
 
-See shared notes on browser testing: the flags keep Chromium off the network and quiet.
+See shared notes on browser testing: the flags keep Chromium off the network and quiet; the server
+listens on a free loopback port with no token, serves one folder, and is stopped by its PID.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -21,6 +30,17 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def missing() -> str | None:
+    """Why a browser test cannot run here, or None."""
+    if not Path(CHROMIUM).exists():
+        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (requirements-test.txt)"
+    return None
 
 
 @contextlib.contextmanager
@@ -40,3 +60,99 @@ def chromium_context(profile: Path, width: int, height: int) -> Iterator:
             yield context
         finally:
             context.close()
+
+
+def write_settings(folder: Path, extra: dict | None = None) -> None:
+    """JupyterLab user settings: what learners get (binder/overrides.json, default windowing), autosave off."""
+    settings = {"@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False}}
+    overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
+    for plugin, value in overrides.items():
+        package, name = plugin.split(":")
+        settings[f"{package}/{name}.jupyterlab-settings"] = value
+    settings.update(extra or {})
+    for name, value in settings.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyterlab(root: Path, settings: Path, env: dict | None = None) -> Iterator[str]:
+    """A JupyterLab server serving ``root`` on a free loopback port; yields its base URL, stops it on exit."""
+    port = _free_port()
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), **(env or {}))
+    log_path = root / "jupyterlab.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyter",
+                "lab",
+                "--no-browser",
+                "--allow-root",
+                "--ServerApp.token=",
+                "--ServerApp.password=",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--ServerApp.root_dir={root}",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if urllib.request.urlopen(f"{base}/api/status", timeout=2).status == 200:
+                        break
+                except OSError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.5)
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def wait_kernel_idle(page, timeout_s: float) -> None:
+    """Wait until the notebook's kernel is really there (a name in the toolbar) and idle."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        name = page.locator(".jp-NotebookPanel-toolbar .jp-KernelName").first
+        status = page.locator(".jp-Notebook-ExecutionIndicator").first
+        kernel = name.text_content() if name.count() else ""
+        if (
+            kernel
+            and kernel.strip() not in ("", "No Kernel")
+            and status.count()
+            and status.get_attribute("data-status") == "idle"
+        ):
+            return
+        time.sleep(0.25)
+    raise AssertionError("the kernel did not become idle")
+
+
+def shut_down_kernels(page) -> None:
+    """End every session through the server's REST API, from the page (it holds the XSRF cookie)."""
+    page.evaluate("""async () => {
+      const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || '';
+      const sessions = await (await fetch('/api/sessions')).json();
+      for (const s of sessions) {
+        await fetch('/api/sessions/' + s.id, {method: 'DELETE', headers: {'X-XSRFToken': decodeURIComponent(xsrf)}});
+      }
+    }""")

@@ -30,16 +30,12 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, chromium_context
+from chromium import chromium_context, jupyterlab, missing, shut_down_kernels, wait_kernel_idle, write_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -48,117 +44,27 @@ ARTIFACTS = ROOT / "test-artifacts" / "browser"
 NOTEBOOKS = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))]
 RUN_TIMEOUT_S = 180
 
-
-def _missing_reason() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (requirements-test.txt)"
-    return None
-
-
-MISSING = _missing_reason()
+MISSING = missing()
 if MISSING and os.environ.get("REQUIRE_BROWSER") == "1":
     raise RuntimeError(f"REQUIRE_BROWSER=1 but the browser test cannot run: {MISSING}")
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"browser test skipped: {MISSING}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _write_settings(folder: Path) -> None:
-    """JupyterLab user settings: what learners get (binder/overrides.json, default windowing), autosave off."""
-    settings = {
-        "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-    }
-    overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
-    for plugin, value in overrides.items():
-        package, name = plugin.split(":")
-        settings[f"{package}/{name}.jupyterlab-settings"] = value
-    for name, value in settings.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(value))
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server on a free loopback port, serving a copy of the notebooks."""
     root = tmp_path_factory.mktemp("lab-root")
-    for folder in ("chapters",):
-        shutil.copytree(ROOT / folder, root / folder)
+    shutil.copytree(ROOT / "chapters", root / "chapters")
     settings = tmp_path_factory.mktemp("lab-settings")
-    _write_settings(settings)
-    port = _free_port()
-    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings))
-    log = open(root / "jupyterlab.log", "w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--no-browser",
-            "--allow-root",
-            "--ServerApp.token=",
-            "--ServerApp.password=",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--ServerApp.root_dir={root}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/api/status", timeout=2).status == 200:
-                    break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"JupyterLab did not start:\n{(root / 'jupyterlab.log').read_text()[-3000:]}")
-            time.sleep(0.5)
+    write_settings(settings)
+    with jupyterlab(root, settings) as base:
         yield base, root
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     with chromium_context(tmp_path_factory.mktemp("chromium-profile"), 1400, 1000) as context:
         yield context.new_page()
-
-
-def _wait_kernel_idle(page, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        name = page.locator(".jp-NotebookPanel-toolbar .jp-KernelName").first
-        status = page.locator(".jp-Notebook-ExecutionIndicator").first
-        kernel = name.text_content() if name.count() else ""
-        if (
-            kernel
-            and kernel.strip() not in ("", "No Kernel")
-            and status.count()
-            and status.get_attribute("data-status") == "idle"
-        ):
-            return
-        time.sleep(0.25)
-    raise AssertionError("the kernel did not become idle")
 
 
 def _all_cells_ran(page) -> bool:
@@ -195,14 +101,14 @@ def _open_and_run(page, base: str, notebook: str) -> None:
     """Open ``notebook`` in a fresh tab, Run All, and wait until every code cell has run and the kernel is idle."""
     page.goto(f"{base}/lab/tree/{notebook}?reset", wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    _wait_kernel_idle(page, 60)
+    wait_kernel_idle(page, 60)
     page.click('.lm-MenuBar-itemLabel:text-is("Run")')
     page.click('.lm-Menu-itemLabel:text-is("Run All Cells")')
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while not _all_cells_ran(page):
         assert time.monotonic() < deadline, f"{notebook}: not every cell ran within {RUN_TIMEOUT_S} s"
         time.sleep(0.5)
-    _wait_kernel_idle(page, RUN_TIMEOUT_S)
+    wait_kernel_idle(page, RUN_TIMEOUT_S)
     page.wait_for_timeout(1000)  # widgets render asynchronously after their output arrives
 
 
@@ -251,18 +157,7 @@ def test_browser_runs_notebook(notebook, lab, page):
     shot = ARTIFACTS / (notebook.replace("/", "__").removesuffix(".ipynb") + ".png")
     page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")
-    _shut_down_kernels(page)  # one kernel per notebook would otherwise stay alive for the whole run
-
-
-def _shut_down_kernels(page) -> None:
-    """End every session through the server's REST API, from the page (it holds the XSRF cookie)."""
-    page.evaluate("""async () => {
-      const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || '';
-      const sessions = await (await fetch('/api/sessions')).json();
-      for (const s of sessions) {
-        await fetch('/api/sessions/' + s.id, {method: 'DELETE', headers: {'X-XSRFToken': decodeURIComponent(xsrf)}});
-      }
-    }""")
+    shut_down_kernels(page)  # one kernel per notebook would otherwise stay alive for the whole run
 
 
 # ------------------------------------------------------------------------------------------- views
@@ -402,7 +297,7 @@ def _timed_input(page, cell, control, how: str, k: int) -> float:
     page.wait_for_function("() => window.__agl.painted !== null && window.__agl.start !== null", timeout=15_000)
     start, painted = page.evaluate("() => [window.__agl.start, window.__agl.painted]")
     page.evaluate("() => window.__agl.stop()")
-    _wait_kernel_idle(page, 15)
+    wait_kernel_idle(page, 15)
     page.wait_for_timeout(150)
     return painted - start
 
@@ -432,7 +327,7 @@ def test_view_answers_real_input(name, views_page):
         control.click()
     after = _wait_settled(page, cell, before)
     assert after != before, f"{name}: the picture did not change after a real input"
-    _wait_kernel_idle(page, 15)
+    wait_kernel_idle(page, 15)
 
     # A fast drag across the whole slider ends on the picture of the slider's final value, soon.
     result = {}
@@ -442,7 +337,7 @@ def test_view_answers_real_input(name, views_page):
         released = time.monotonic()
         settled, last_change = _settle(cell, before)
         result["drag_settle_ms"] = max(0, round((last_change - released) * 1000))  # mouse up -> last new picture
-        _wait_kernel_idle(page, 15)
+        wait_kernel_idle(page, 15)
         page.wait_for_timeout(500)
         assert _picture_html(cell) == settled, f"{name}: the picture kept changing after the drag settled"
         # The drag ended at the slider's minimum: one step right and back must give the same picture again,

@@ -1,11 +1,16 @@
-"""A static picture next to every live view, for renderers that cannot run widgets.
+"""A static picture next to every live view, for wherever a notebook is shown without running widgets.
 
 A live view shows in JupyterLab, Colab and VS Code through its widget model. Where no kernel or
-widget manager runs (a static website, GitHub's preview, nbviewer, a frontend whose widget
-version does not match), the notebook shows the next entry of the output's bundle instead.
-:class:`StaticFallback` adds that entry: ``text/html`` with the view's current state drawn
-from its own children (the HTML and SVG it already shows, each control as ``name: value``).
-Frontends that render widgets pick the widget view first and never show it.
+widget manager runs (a notebook opened before running it, GitHub's preview, a static website),
+the notebook shows the next entry of the output's bundle instead. :class:`StaticFallback` adds
+that entry: ``text/html`` with the view's pictures as ``<img>`` (each SVG as a ``data:`` URI) and
+its controls' current values on one line.
+
+Why images and not inline SVG: JupyterLab renders the HTML of an untrusted notebook (every
+fresh clone) through its sanitizer, which drops ``<svg>`` elements and leaves their text as a
+run-on dump, and it does not render ``image/svg+xml`` outputs of untrusted notebooks at all; an
+``<img>`` with a ``data:`` source passes the sanitizer. A :class:`~autogradlab.graph.Graph`
+shown as a cell's value gets the same picture (:func:`register_graph_html`).
 
 A view opts in with one line, the mixin first among its bases::
 
@@ -18,65 +23,158 @@ A view opts in with one line, the mixin first among its bases::
 >>> bundle = demo._repr_mimebundle_()
 >>> sorted(bundle)
 ['application/vnd.jupyter.widget-view+json', 'text/html', 'text/plain']
->>> "<svg>" in bundle["text/html"] and "x: 0.5" in bundle["text/html"]
-True
+>>> "<svg" in bundle["text/html"], "data:image/svg+xml;base64," in bundle["text/html"], "x: 0.5" in bundle["text/html"]
+(False, True, True)
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import re
 
 import ipywidgets as w
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 STATIC_CLASS = "autogradlab-static"  # the wrapper's class: tests and site styles find it by this
+NOTE_CLASS = "autogradlab-static-note"  # the "run the cell" line: the site hides it (nothing runs there)
+NOTE = "A saved picture of this view: run the cell to use its controls."
+_SVG_TAG = re.compile(r"<(/?)svg\b[^>]*?(/?)>", re.I)
 
 
-def static_html(widget) -> str:
-    """The widget's current state as plain HTML (no script, no widget manager needed).
+def svg_img(svg: str, alt: str = "") -> str:
+    """An ``<img>`` showing ``svg`` from a ``data:`` URI: drawn by every renderer, kept by HTML sanitizers.
 
-    >>> page = static_html(w.VBox([w.Label("a < b"), w.Checkbox(value=True, description="on")]))
-    >>> "a &lt; b" in page and "on: True" in page and "<script" not in page
+    >>> svg_img("<svg width='4' height='2'></svg>", alt="a <box>")[:60]
+    '<img src="data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDov'
+    >>> 'alt="a &lt;box&gt;"' in svg_img("<svg></svg>", alt="a <box>")
     True
     """
-    style = "display:flex;flex-direction:column;gap:4px;font-family:sans-serif"
-    return f'<div class="{STATIC_CLASS}" style="{style}">{_part(widget)}</div>'
+    if "xmlns=" not in svg.split(">", 1)[0]:  # an SVG document loaded as an image needs its namespace
+        svg = svg.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(alt)}" style="max-width:100%;height:auto">'
 
 
-def _part(widget) -> str:
+def svgs_as_images(fragment: str, alt: str = "") -> str:
+    """``fragment`` (HTML) with each top-level ``<svg>…</svg>`` replaced by :func:`svg_img`.
+
+    >>> page = svgs_as_images("<b>chart</b><svg><g><svg></svg></g></svg>!")
+    >>> page.count("<img"), page.startswith("<b>chart</b><img"), page.endswith(">!")
+    (1, True, True)
+    """
+    out, depth, start, last = [], 0, 0, 0
+    for tag in _SVG_TAG.finditer(fragment):
+        closing, self_closing = tag.group(1), tag.group(2)
+        if not closing:
+            if depth == 0:
+                start = tag.start()
+            depth += 0 if self_closing else 1
+            if self_closing and depth == 0:
+                out += [fragment[last:start], svg_img(tag.group(0), alt)]
+                last = tag.end()
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                out += [fragment[last:start], svg_img(fragment[start : tag.end()], alt)]
+                last = tag.end()
+    return "".join(out) + fragment[last:]
+
+
+def static_html(widget, alt: str = "") -> str:
+    """The widget's current state as plain HTML: its pictures as images, its controls on one line, no script.
+
+    >>> page = static_html(w.VBox([w.Label("a < b"), w.Checkbox(value=True, description="on")]))
+    >>> "a &lt; b" in page and "on: ✓" in page and "<script" not in page
+    True
+    """
+    controls = " · ".join(html.escape(_named(name, value)) for name, value in _controls(widget))
+    lines = [f'<p class="{NOTE_CLASS}" style="color:#666;margin:2px 0"><i>{NOTE}</i></p>']
+    if controls:
+        lines.append(f'<p class="{STATIC_CLASS}-controls" style="margin:2px 0">{controls}</p>')
+    return f'<div class="{STATIC_CLASS}">{"".join(lines)}{_part(widget, alt)}</div>'
+
+
+def _named(name: str, value: str) -> str:
+    """``name: value``, or ``2^16`` and ``f(x) = x²`` where the name already ends in its operator."""
+    if name.endswith("^"):
+        return f"{name}{value}"
+    return f"{name} {value}" if name.endswith("=") else f"{name}: {value}"
+
+
+def _shown(widget) -> bool:
+    return getattr(widget.layout, "display", None) != "none"
+
+
+def _is_control(widget) -> bool:
+    return hasattr(widget, "value") and not isinstance(widget, (w.HTML, w.HTMLMath, w.Label, w.Image))
+
+
+def _value(widget) -> str:
+    value = widget.value
+    if isinstance(value, bool):
+        return "✓" if value else "✗"
+    label = getattr(widget, "label", None)  # a selection shows its label, not its (maybe opaque) value
+    if isinstance(label, str):
+        return label
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"{value[0]:g}–{value[1]:g}"
+    return str(value)
+
+
+def _controls(widget) -> list[tuple[str, str]]:
+    """(name, value) of every visible control, in order; a Label just before an unnamed control names it."""
+    found = []
+    children = [c for c in getattr(widget, "children", ()) if _shown(c)]
+    for i, child in enumerate(children):
+        if isinstance(child, w.Box):
+            found += _controls(child)
+        elif _is_control(child):
+            name = child.description
+            if not name and i and isinstance(children[i - 1], w.Label):
+                name = str(children[i - 1].value).rstrip(": ")
+            value = _value(child)
+            if value not in ("", "()"):
+                found.append((name or type(child).__name__, value))
+    return found
+
+
+def _labels_a_control(children, i: int) -> bool:
+    return i + 1 < len(children) and _is_control(children[i + 1]) and not children[i + 1].description
+
+
+def _part(widget, alt: str) -> str:
     if isinstance(widget, w.Box):
         direction = "row" if isinstance(widget, w.HBox) else "column"
-        inner = "".join(_part(child) for child in widget.children)
-        return f'<div style="display:flex;flex-direction:{direction};gap:4px">{inner}</div>'
+        children = [c for c in widget.children if _shown(c)]
+        inner = "".join(
+            _part(c, alt)
+            for i, c in enumerate(children)
+            if not (isinstance(c, w.Label) and _labels_a_control(children, i))
+        )
+        return f'<div style="display:flex;flex-direction:{direction};gap:4px">{inner}</div>' if inner else ""
     if isinstance(widget, (w.HTML, w.HTMLMath)):
-        return f"<div>{widget.value}</div>"
+        return f"<div>{svgs_as_images(widget.value, alt)}</div>" if widget.value else ""
     if isinstance(widget, w.Label):
         return f"<span>{html.escape(str(widget.value))}</span>"
     if isinstance(widget, w.Output):
-        return "".join(_output(o) for o in widget.outputs)
+        return "".join(_output(o, alt) for o in widget.outputs)
     if isinstance(widget, w.Image):
         data = base64.b64encode(bytes(widget.value)).decode("ascii")
-        return f'<img src="data:image/{widget.format};base64,{data}" alt="">'
-    if isinstance(widget, w.Button):
-        return f'<span class="autogradlab-static-control">[{html.escape(widget.description)}]</span>'
-    if hasattr(widget, "value"):  # sliders, dropdowns, checkboxes, text boxes: their current value
-        label = getattr(widget, "description", "") or type(widget).__name__
-        value = widget.value
-        if isinstance(value, float):
-            value = f"{value:g}"
-        return f'<span class="autogradlab-static-control">{html.escape(label)}: {html.escape(str(value))}</span>'
-    return ""
+        return f'<img src="data:image/{widget.format};base64,{data}" alt="{html.escape(alt)}">'
+    return ""  # controls are listed on the controls line; buttons do nothing in a picture
 
 
-def _output(output: dict) -> str:
+def _output(output: dict, alt: str) -> str:
     data = output.get("data", {})
     if "image/svg+xml" in data:
-        return data["image/svg+xml"]
+        return svg_img(data["image/svg+xml"], alt)
     if "image/png" in data:
-        return f'<img src="data:image/png;base64,{data["image/png"]}" alt="">'
+        return f'<img src="data:image/png;base64,{data["image/png"]}" alt="{html.escape(alt)}">'
     if "text/html" in data:
-        return data["text/html"]
+        return svgs_as_images(data["text/html"], alt)
     text = data.get("text/plain") or output.get("text", "")
     return f"<pre>{html.escape(text)}</pre>" if text else ""
 
@@ -90,7 +188,7 @@ class StaticFallback:
         if WIDGET_VIEW not in bundle:  # ipywidgets 7 builds its bundle in _ipython_display_
             bundle["text/plain"] = repr(self)
             bundle[WIDGET_VIEW] = {"version_major": 2, "version_minor": 0, "model_id": self._model_id}
-        bundle["text/html"] = static_html(self)
+        bundle["text/html"] = static_html(self, alt=repr(self))
         return bundle
 
     if hasattr(w.DOMWidget, "_ipython_display_"):  # ipywidgets 7: IPython calls this before any repr
@@ -100,3 +198,29 @@ class StaticFallback:
 
             display(self._repr_mimebundle_(), raw=True)
             self._handle_displayed(**kwargs)
+
+
+def graph_html(graph) -> str:
+    """A captured graph as an ``<img>`` (its SVG), for the ``text/html`` entry of its output."""
+    from autogradlab.render import to_svg
+
+    return svg_img(to_svg(graph), alt=repr(graph))
+
+
+def register_graph_html() -> None:
+    """Let IPython add :func:`graph_html` to a Graph's output (next to the ``image/svg+xml`` that render registers).
+
+    Done on import of any view: every chapter that shows a graph imports GraphView.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing to register
+        return
+    shell = get_ipython()
+    if shell is not None:
+        from autogradlab.graph import Graph
+
+        shell.display_formatter.formatters["text/html"].for_type(Graph, graph_html)
+
+
+register_graph_html()
