@@ -506,6 +506,7 @@ WRONG_RANKS = {
     "own token mean ÷ K": (rank_wrong("own_mean"), "rank-own-mean"),
     "an empty micro-batch's mean: 0/0": (rank_wrong("mean_of_nothing"), "empty-nan"),
     "a Python number": (rank_wrong("item"), "no-graph"),
+    "a constant zero": (lambda micro, w, all_reduce: [torch.zeros(()) for _ in micro], "no-graph"),
     "per-token losses": (rank_wrong("per_token"), "not-a-scalar"),
     "one loss for the window": (rank_wrong("one_loss"), "not-one-loss-per-micro-batch"),
     "losses changed in place": (rank_wrong("in_place"), "micro-batches-changed"),
