@@ -281,12 +281,21 @@ def _global_state() -> dict[str, Any]:
     }
 
 
+_SETTERS = {
+    "grad mode (torch.is_grad_enabled())": torch.set_grad_enabled,
+    "the default dtype": torch.set_default_dtype,
+    "anomaly detection": torch.set_anomaly_enabled,
+    "deterministic algorithms": torch.use_deterministic_algorithms,
+    "the recursion limit": sys.setrecursionlimit,
+}
+
+
 def _restore_global_state(state: Mapping[str, Any]) -> None:
-    torch.set_grad_enabled(state["grad mode (torch.is_grad_enabled())"])
-    torch.set_default_dtype(state["the default dtype"])
-    torch.set_anomaly_enabled(state["anomaly detection"])
-    torch.use_deterministic_algorithms(state["deterministic algorithms"])
-    sys.setrecursionlimit(state["the recursion limit"])
+    # Only what changed: use_deterministic_algorithms imports torch._inductor (seconds) on its first call.
+    now = _global_state()
+    for what, setter in _SETTERS.items():
+        if now[what] != state[what]:
+            setter(state[what])
 
 
 def learner_line(exc: BaseException) -> str | None:
