@@ -1,14 +1,20 @@
-"""Build the course's static website from chapters/ without executing anything (`make site`).
+"""Build the course's static website without executing anything (`make site`).
 
-One page per chapter (nbconvert's lab template: the saved outputs, plots, SVG graphs) and an index
-with each chapter's question, time and launch links (Binder, Colab, Kaggle from
-autogradlab.release.launch, the one place the course's address lives). Everything the pages load
-is copied next to them, so the site works offline and from any static host:
+One page per chapter, rendered by nbconvert from ``solutions/`` (the executed source, so every
+stored output is there, chapters 00 and 06's views included) with the site's template
+(site/templates/course):
 
-- MathJax 3, RequireJS and the Jupyter widgets HTML manager (site/package.json, exact versions,
-  installed by npm into build/site-node); the manager draws every widget from the widget state
-  saved in the notebook.
+- Predict answers folded: the output of each cell tagged ``answers-prediction`` opens on a click;
+  solutions collapsed: each exercise's solution cell opens on a click (hidden tests are dropped).
+- Every view drawn as the picture its output carries (``autogradlab.views.static``): the widget
+  entry and the notebook's widget state are left out, so nothing pretends to be live.
+- A header on every page with search (an index of every section, ``assets/search-index.js``,
+  searched in the browser) and a table of contents (every chapter, the current one's sections).
+- Per page: *Open in Binder / Colab / Kaggle* (autogradlab.release.launch, the one place the
+  course's address lives) and a download of the chapter's student notebook (``notebooks/``).
 
+Everything a page loads is next to it (MathJax 3 from npm, site/package.json, exact versions,
+installed by ``make site`` into build/site-node), so the site works offline and from any host.
 Run in .venv-site (requirements-site.txt): ``python site/build.py --out build/site``.
 """
 
@@ -16,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import html
-import importlib.util
 import json
 import re
 import shutil
+import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -28,35 +35,48 @@ from nbconvert import HTMLExporter
 ROOT = Path(__file__).resolve().parent.parent
 NODE = ROOT / "build" / "site-node" / "node_modules"
 ASSETS = "assets"
+NOTEBOOKS = "notebooks"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+STATIC_CLASS = "autogradlab-static"  # autogradlab.views.static.STATIC_CLASS (the site's venv has no ipywidgets)
+PREDICT_TAG = "answers-prediction"
+HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S | re.M)
+SOLUTION_MARKS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+sys.path.insert(0, str(ROOT / "widgets"))  # release.launch needs only nbformat: the site's venv lacks torch
+from autogradlab.release import launch  # noqa: E402
+
+# MathJax 3 (one file: every TeX extension, SVG output, no web fonts to fetch) in place of the
+# MathJax 2 from a CDN that nbconvert's template loads; the same delimiters as JupyterLab.
+MATHJAX = f"""<script>
+window.MathJax = {{
+  tex: {{inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]],
+        processEscapes: true, processEnvironments: true, tags: "ams"}},
+  svg: {{fontCache: "global"}}
+}};
+</script>
+<script src="{ASSETS}/tex-svg-full.js" defer></script>"""
+
+INTRO = """<p class="agl-intro">This page shows the chapter as it was last run, its solutions folded.
+Views are saved pictures and nothing runs here: to run the code and move the controls, open the
+chapter in Binder, Colab or Kaggle, or download it.</p>"""
 
 
-def _launch():
-    """autogradlab/release/launch.py loaded by path: the site's venv does not install the package (or torch)."""
-    spec = importlib.util.spec_from_file_location("launch", ROOT / "widgets" / "autogradlab" / "release" / "launch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-launch = _launch()
-
-
-def copy_assets(out: Path) -> None:
-    """MathJax, RequireJS and the widgets' HTML manager, next to the pages (no CDN)."""
+def copy_assets(out: Path, exporter: HTMLExporter) -> None:
+    """MathJax, JupyterLab's page style (once, not in every page), the site's style and search script."""
     assets = out / ASSETS
-    assets.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(assets, ignore_errors=True)  # no stale script of an earlier build left behind
+    assets.mkdir(parents=True)
     mathjax = NODE / "mathjax" / "es5" / "tex-svg-full.js"
-    manager = NODE / "@jupyter-widgets" / "html-manager" / "dist"
-    require = NODE / "requirejs" / "require.js"
-    if not (manager.is_dir() and require.is_file() and mathjax.is_file()):
-        raise SystemExit(
-            f"site: {NODE} lacks MathJax, the widget manager or RequireJS: run `make site` (it runs npm install)"
-        )
+    if not mathjax.is_file():
+        raise SystemExit(f"site: {NODE} lacks MathJax: run `make site` (it runs npm ci)")
     shutil.copy(mathjax, assets / "tex-svg-full.js")
-    shutil.copytree(
-        manager, assets / "html-manager", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.map", "embed.js*")
+    lab = next(Path(p) for p in exporter.template_paths if (Path(p) / "static" / "index.css").is_file())
+    (assets / "lab.css").write_text(
+        "\n".join((lab / "static" / name).read_text(encoding="utf-8") for name in ("index.css", "theme-light.css")),
+        encoding="utf-8",
     )
-    shutil.copy(require, assets / "require.js")
+    for name in ("site.css", "search.js"):
+        shutil.copy(Path(__file__).parent / name, assets / name)
 
 
 def chapter_title(nb) -> tuple[str, str, str]:
@@ -70,115 +90,183 @@ def chapter_title(nb) -> tuple[str, str, str]:
     return title, question.group(1) if question else "", minutes.group(1) if minutes else ""
 
 
-def launch_links(name: str) -> str:
-    links = " · ".join(
-        f'<a class="launch" href="{html.escape(url)}">Open in {k}</a>' for k, url in launch.launch_urls(name).items()
-    )
-    return f'<span class="launch-links">{links}</span>'
-
-
-def _nav(name: str, previous: str | None, following: str | None) -> str:
-    parts = ['<a href="index.html">All chapters</a>']
-    if previous:
-        parts.append(f'<a href="{previous[:-6]}.html">← previous</a>')
-    if following:
-        parts.append(f'<a href="{following[:-6]}.html">next →</a>')
-    return f'<nav class="site-nav">{" · ".join(parts)} <span style="float:right">{launch_links(name)}</span></nav>'
-
-
-# MathJax 3 (one file: every TeX extension, SVG output, no web fonts to fetch) in place of the
-# MathJax 2 from a CDN that nbconvert's template loads; the same delimiters as JupyterLab.
-# The widgets' HTML manager loads after it (on DOMContentLoaded), when MathJax.Hub is set.
-MATHJAX = f"""<script>
-window.MathJax = {{
-  tex: {{inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], displayMath: [["$$", "$$"], ["\\\\[", "\\\\]"]],
-        processEscapes: true, processEnvironments: true, tags: "ams"}},
-  svg: {{fontCache: "global"}},
-  startup: {{
-    ready() {{
-      MathJax.startup.defaultReady();
-      // The widgets' HTML manager typesets labels through MathJax 2's API: answer it with MathJax 3.
-      MathJax.Hub = {{Queue(job) {{
-        const element = Array.isArray(job) ? job[2] : undefined;
-        MathJax.startup.promise = MathJax.startup.promise.then(() => MathJax.typesetPromise(element ? [element] : undefined));
-      }}}};
-    }}
-  }}
-}};
-</script>
-<script src="{ASSETS}/tex-svg-full.js" defer></script>"""
-MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
-
-STYLE = """<style>
-.site-nav { font-family: sans-serif; padding: 8px 16px; border-bottom: 1px solid #dee2e6; background: #f8f9fa; }
-.site-nav a { color: #0b5ed7; text-decoration: none; }
-</style>"""
-
-
-def render_chapter(path: Path, exporter: HTMLExporter, previous: str | None, following: str | None) -> str:
+def site_notebook(path: Path) -> nbformat.NotebookNode:
+    """The site's copy of a solutions notebook: views as their pictures, solution markers and hidden tests gone."""
     nb = nbformat.read(path, as_version=4)
-    # The badges are images on the badge services' hosts: on an offline page they would be broken
-    # images, so the site shows the same three links as text in its navigation bar instead.
-    nb.cells[0].source = nb.cells[0].source.replace(launch.badges(path.name), "")
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": chapter_title(nb)[0]}})
-    body, swapped = MATHJAX_BLOCK.subn(lambda _: MATHJAX, body)
-    if swapped != 1:
-        raise SystemExit(f"site: nbconvert's MathJax block not found in {path.name}: its template changed")
-    return body.replace("</head>", STYLE + "</head>", 1).replace(
-        re.search(r"<body[^>]*>", body).group(0),
-        re.search(r"<body[^>]*>", body).group(0) + _nav(path.name, previous, following),
-        1,
-    )
+    nb.metadata.pop("widgets", None)
+    # "ipython" is the IPython lexer's alias in ipython_pygments_lexers; nbconvert's own "ipython3" path
+    # imports IPython itself (not in this venv) and warns on every build.
+    nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython"
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = SOLUTION_MARKS.sub("", HIDDEN_TESTS.sub("", cell.source))
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                if STATIC_CLASS not in data.get("text/html", ""):
+                    raise SystemExit(f"site: {path.name}: a widget output without a static picture (StaticFallback)")
+                del data[WIDGET_VIEW]
+    return nb
 
 
-def render_index(chapters: list[Path]) -> str:
+class Sections(HTMLParser):
+    """A rendered page read back: its headings (level, id, text) and the text of each section, for search."""
+
+    INDEXED = ("jp-MarkdownCell", "jp-InputArea")  # prose and code; outputs would give Predict answers away
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.sections: list[dict] = []
+        self._depth = 0
+        self._inside: int | None = None  # div depth of the cell part being indexed
+        self._heading: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "div":
+            self._depth += 1
+            if self._inside is None and any(c in (attrs.get("class") or "") for c in self.INDEXED):
+                self._inside = self._depth
+        elif tag in ("h1", "h2", "h3") and attrs.get("id"):
+            self._heading = {"level": int(tag[1]), "id": attrs["id"], "title": "", "text": ""}
+            self.sections.append(self._heading)
+        elif tag == "a" and self._heading is not None and "anchor-link" in (attrs.get("class") or ""):
+            self._heading["_anchor"] = True  # nbconvert's ¶ link: not part of the title
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            if self._inside == self._depth:
+                self._inside = None
+            self._depth -= 1
+        elif tag in ("h1", "h2", "h3") and self._heading is not None:
+            self._heading.pop("_anchor", None)
+            self._heading["title"] = " ".join(self._heading["title"].split())
+            self._heading = None
+
+    def handle_data(self, data):
+        if self._heading is not None:
+            if not self._heading.get("_anchor"):
+                self._heading["title"] += data
+        elif self._inside is not None and self.sections:
+            self.sections[-1]["text"] += data
+
+    @classmethod
+    def of(cls, page: str) -> list[dict]:
+        parser = cls()
+        parser.feed(page)
+        for section in parser.sections:
+            section["text"] = " ".join(section["text"].split())
+        return parser.sections
+
+
+def launch_links(name: str) -> str:
+    links = [f'<a class="agl-launch" href="{html.escape(url)}">{k}</a>' for k, url in launch.launch_urls(name).items()]
+    download = f'<a class="agl-download" href="{NOTEBOOKS}/{name}" download>.ipynb</a>'
+    return f'<span class="agl-links">Open in {" · ".join(links)} · {download}</span>'
+
+
+def header(name: str | None) -> str:
+    """The bar on top of every page: home, search, and the chapter's launch and download links."""
+    links = launch_links(name) if name else ""
+    return f"""<header class="agl-header">
+<a class="agl-home" href="index.html">Autograd Lab</a>
+<span class="agl-search"><input type="search" id="agl-search" placeholder="Search the course" autocomplete="off"
+ aria-label="Search the course"><span id="agl-results" role="listbox"></span></span>
+{links}
+</header>"""
+
+
+def sidebar(chapters: list[dict], current: str | None, sections: list[dict]) -> str:
+    """The table of contents: every chapter; under the current one, its sections."""
+    items = []
+    for chapter in chapters:
+        here = chapter["page"] == current
+        entry = f'<a href="{chapter["page"]}"{" aria-current=page" if here else ""}>{html.escape(chapter["title"])}</a>'
+        if here:
+            subs = "".join(
+                f'<li class="agl-toc-h{s["level"]}"><a href="#{html.escape(s["id"])}">{html.escape(s["title"])}</a></li>'
+                for s in sections
+                if s["level"] > 1
+            )
+            entry += f"<ul>{subs}</ul>"
+        items.append(f"<li{' class=agl-current' if here else ''}>{entry}</li>")
+    return f'<nav class="agl-toc" aria-label="Table of contents"><ul>{"".join(items)}</ul></nav>'
+
+
+def render_chapter(nb, name: str, exporter: HTMLExporter, chapters: list[dict]) -> tuple[str, list[dict]]:
+    """The chapter's page and its sections (for the search index)."""
+    site = {"assets": ASSETS, "mathjax": MATHJAX, "header": header(name), "sidebar": "<!--agl-toc-->", "intro": INTRO}
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": chapter_title(nb)[0]}, "site": site})
+    sections = Sections.of(body)
+    return body.replace("<!--agl-toc-->", sidebar(chapters, f"{Path(name).stem}.html", sections), 1), sections
+
+
+def render_index(chapters: list[dict]) -> str:
     rows = []
-    for path in chapters:
-        title, question, minutes = chapter_title(nbformat.read(path, as_version=4))
-        time = f"about {minutes} min" if minutes else ""
+    for chapter in chapters:
+        time = f"about {chapter['minutes']} min" if chapter["minutes"] else ""
         rows.append(
-            f'<li><a href="{path.stem}.html">{html.escape(title)}</a> <small>{time}</small><br>'
-            f"<em>{html.escape(question)}</em><br>{launch_links(path.name)}</li>"
+            f'<li><a href="{chapter["page"]}">{html.escape(chapter["title"])}</a> <small>{time}</small><br>'
+            f"<em>{html.escape(chapter['question'])}</em><br>{launch_links(chapter['name'])}</li>"
         )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Autograd Lab</title>
-<style>
-body {{ font-family: sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #212529; }}
-li {{ margin-bottom: 1rem; }} a {{ color: #0b5ed7; }} .launch-links {{ font-size: 0.9em; }}
-</style></head>
-<body>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{ASSETS}/site.css">
+</head>
+<body class="agl-page agl-index">
+{header(None)}
+<main>
 <h1>Autograd Lab</h1>
 <p>An interactive course on how PyTorch autograd and the training loop really work. These pages show each
-chapter as it was last run; to run the code and move the widgets, open a chapter in Binder, Colab or Kaggle,
-or on your machine (see the repository's README).</p>
-<ol>
+chapter as it was last run, with its solutions folded and every view as a saved picture; to run the code
+and move the views' controls, open a chapter in Binder, Colab or Kaggle, or download it and run it on your
+machine (see the repository's README).</p>
+<ol class="agl-chapters">
 {chr(10).join(rows)}
 </ol>
 <p><small>Code: MIT licence. Course text: CC BY-SA 4.0.
 <a href="https://github.com/{launch.REPOSITORY}/tree/{launch.RELEASE_TAG}">Source at {launch.RELEASE_TAG}</a>.</small></p>
+</main>
+<script src="{ASSETS}/search-index.js" defer></script>
+<script src="{ASSETS}/search.js" defer></script>
 </body></html>
 """
 
 
-def build(out: Path, chapters_dir: Path = ROOT / "chapters") -> list[Path]:
+def build(out: Path, solutions_dir: Path = ROOT / "solutions", chapters_dir: Path = ROOT / "chapters") -> list[Path]:
     """Write the site into ``out``; return the pages written (index first)."""
     out.mkdir(parents=True, exist_ok=True)
-    copy_assets(out)
-    exporter = HTMLExporter(
-        template_name="lab",
-        require_js_url=f"{ASSETS}/require.js",
-        widget_renderer_url=f"{ASSETS}/html-manager/embed-amd.js",
-    )
-    chapters = sorted(chapters_dir.glob("[0-9][0-9]_*.ipynb"))
-    pages = [out / "index.html"]
+    exporter = HTMLExporter(template_name="course", extra_template_basedirs=[str(Path(__file__).parent / "templates")])
+    copy_assets(out, exporter)
+    (out / NOTEBOOKS).mkdir(exist_ok=True)
+    chapters = []
+    for path in sorted(solutions_dir.glob("[0-9][0-9]_*.ipynb")):
+        nb = site_notebook(path)
+        title, question, minutes = chapter_title(nb)
+        page = {"name": path.name, "page": f"{path.stem}.html", "title": title, "question": question}
+        chapters.append(page | {"minutes": minutes, "nb": nb})
+        shutil.copy(chapters_dir / path.name, out / NOTEBOOKS / path.name)  # the learner's copy, to download
+    pages, index = [out / "index.html"], []
+    for chapter in chapters:
+        body, sections = render_chapter(chapter.pop("nb"), chapter["name"], exporter, chapters)
+        (out / chapter["page"]).write_text(body, encoding="utf-8")
+        pages.append(out / chapter["page"])
+        index += [
+            {
+                "page": chapter["page"],
+                "id": s["id"],
+                "title": s["title"],
+                "chapter": chapter["title"],
+                "text": s["text"],
+            }
+            for s in sections
+        ]
     pages[0].write_text(render_index(chapters), encoding="utf-8")
-    for i, path in enumerate(chapters):
-        previous = chapters[i - 1].name if i else None
-        following = chapters[i + 1].name if i + 1 < len(chapters) else None
-        page = out / f"{path.stem}.html"
-        page.write_text(render_chapter(path, exporter, previous, following), encoding="utf-8")
-        pages.append(page)
+    (out / ASSETS / "search-index.js").write_text(
+        f"window.AGL_SEARCH = {json.dumps(index, ensure_ascii=False)};\n", encoding="utf-8"
+    )
     (out / "pages.json").write_text(json.dumps([p.name for p in pages], indent=1), encoding="utf-8")
     return pages
 
@@ -186,9 +274,10 @@ def build(out: Path, chapters_dir: Path = ROOT / "chapters") -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "site")
+    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
     parser.add_argument("--chapters", type=Path, default=ROOT / "chapters")
     args = parser.parse_args(argv)
-    pages = build(args.out, args.chapters)
+    pages = build(args.out, args.solutions, args.chapters)
     print(f"site: {len(pages)} pages in {args.out} (open {args.out / 'index.html'})")
 
 

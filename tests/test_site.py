@@ -1,9 +1,10 @@
-"""The static website (`make site`): build it into a temporary folder and open every page in Chromium.
+"""The static website (`make site`): build it into a temporary folder, check each feature, open every page in Chromium.
 
-Offline, as a reader without a network would see it: every request that leaves 127.0.0.1 is
-refused and fails the test. Each page: no console errors, every widget area drawn (from the saved
-widget state) and not empty, every saved figure present and loaded, math typeset by MathJax
-with no raw `$$` left and no MathJax error.
+Features (site/build.py): a search over every section, a table of contents on every page, Predict answers
+folded (click to reveal), solutions collapsed, every stored view drawn as its saved picture, launch and
+.ipynb download links per page, a build without warnings. In the browser, offline as a reader without a
+network would see it (every request that leaves 127.0.0.1 is refused and fails the test): no console
+errors, every image loaded, math typeset by MathJax with no raw `$$` left and no MathJax error.
 
 Skips with a reason when .venv-site, Chromium or Playwright is missing, unless REQUIRE_BROWSER=1.
 """
@@ -17,27 +18,24 @@ import os
 import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, chromium_context
+from chromium import chromium_context, missing
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
-CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+PAGES = [p.stem for p in SOLUTIONS]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _missing() -> str | None:
     if not (ROOT / ".venv-site" / ".installed").is_file():
         return ".venv-site is missing: run `make site` (make test builds it)"
-    if not Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install playwright; never `playwright install`)"
-    return None
+    return missing()
 
 
 MISSING = _missing()
@@ -47,11 +45,13 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"site test skipped:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """The site, built once: (its folder, what the build printed on stdout and stderr)."""
     out = tmp_path_factory.mktemp("site")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    start = time.monotonic()
     done = subprocess.run(
-        [str(SITE_PYTHON), "site/build.py", "--out", str(out)],
+        [str(SITE_PYTHON), "-W", "default", "site/build.py", "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -59,7 +59,104 @@ def site(tmp_path_factory) -> Path:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"\nsite: built in {time.monotonic() - start:.1f} s, {size / 2**20:.1f} MiB")
+    return out, done.stderr
+
+
+@pytest.fixture(scope="module")
+def site(built) -> Path:
+    return built[0]
+
+
+def _page(site: Path, name: str) -> str:
+    return (site / f"{name}.html").read_text(encoding="utf-8")
+
+
+def _stored(path: Path) -> dict:
+    """What the solutions notebook holds that the page must show."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return {
+        "answers": sum(1 for c in code if "answers-prediction" in c.metadata.get("tags", []) and c.outputs),
+        "solutions": sum(1 for c in code if c.metadata.get("nbgrader", {}).get("solution")),
+        "views": sum(1 for c in code for o in c.outputs if WIDGET_VIEW in o.get("data", {})),
+        "figures": sum(1 for c in code for o in c.outputs if {"image/png", "image/svg+xml"} & set(o.get("data", {}))),
+        "math": any("$" in c.source for c in nb.cells if c.cell_type == "markdown"),
+        "sections": sum(
+            1
+            for c in nb.cells
+            if c.cell_type == "markdown"
+            for line in c.source.splitlines()
+            if re.match(r"#{2,3} ", line)
+        ),
+    }
+
+
+def test_builds_without_warnings(built):
+    assert not built[1].strip(), f"the build printed on stderr:\n{built[1]}"
+
+
+def test_an_index_and_a_page_per_chapter_with_launch_and_download_links(site):
+    assert json.loads((site / "pages.json").read_text()) == ["index.html"] + [f"{p}.html" for p in PAGES]
+    index = _page(site, "index")
+    for name in PAGES:
+        assert f'href="{name}.html"' in index
+        page = _page(site, name)
+        for host in ("mybinder.org", "colab.research.google.com", "kaggle.com"):
+            assert host in page, f"{name}: no launch link to {host}"
+        link = re.search(rf'<a [^>]*href="notebooks/{name}.ipynb"[^>]*>', page)
+        assert link and "download" in link.group(0), f"{name}: no download link"
+        assert (site / "notebooks" / f"{name}.ipynb").read_bytes() == (ROOT / "chapters" / f"{name}.ipynb").read_bytes()
+        assert not re.search(r"""<(script|link)[^>]+(src|href)=["']https?://""", page), f"{name}: loads from the web"
+
+
+def test_every_page_has_the_table_of_contents(site):
+    for name, path in zip(PAGES, SOLUTIONS, strict=True):
+        toc = re.search(r'<nav class="agl-toc".*?</nav>', _page(site, name), re.S).group(0)
+        assert all(f'href="{other}.html"' in toc for other in PAGES), f"{name}: a chapter missing from the contents"
+        assert f'href="{name}.html" aria-current=page' in toc
+        sections = len(re.findall(r'<li class="agl-toc-h[23]"><a href="#', toc))
+        assert sections == _stored(path)["sections"], f"{name}: {sections} sections in the contents"
+
+
+def _search(site: Path, query: str) -> list[dict]:
+    """The site's search, as search.js does it: sections holding every word."""
+    index = json.loads((site / "assets" / "search-index.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
+    words = query.lower().split()
+    return [s for s in index if all(w in (s["title"] + " " + s["text"]).lower() for w in words)]
+
+
+def test_the_search_index_covers_every_chapter_and_finds_a_term(site):
+    index = json.loads((site / "assets" / "search-index.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
+    assert {s["page"] for s in index} == {f"{p}.html" for p in PAGES}
+    for s in index:  # every hit leads to an anchor of its page
+        assert f'id="{s["id"]}"' in _page(site, s["page"][:-5]), s
+    hits = _search(site, "retain_graph")
+    assert any(s["page"].startswith("03_") for s in hits) and len(hits) < len(index) / 3
+    assert _search(site, "GradScaler unscale_")
+    assert not _search(site, "no-such-word-anywhere")
+
+
+def test_predict_answers_are_folded_and_solutions_collapsed(site):
+    for name, path in zip(PAGES, SOLUTIONS, strict=True):
+        page, stored = _page(site, name), _stored(path)
+        assert page.count('<details class="agl-answer">') == stored["answers"], name
+        assert page.count('<details class="agl-solution">') == stored["solutions"], name
+        assert "<details open" not in page
+        assert "### BEGIN SOLUTION" not in page and "HIDDEN TESTS" not in page
+
+
+def test_every_stored_view_is_its_saved_picture(site):
+    for name, path in zip(PAGES, SOLUTIONS, strict=True):
+        page, stored = _page(site, name), _stored(path)
+        assert page.count('class="autogradlab-static"') == stored["views"], name
+        assert WIDGET_VIEW not in page and "widget-state" not in page, f"{name}: a widget left for a manager to draw"
+    for name in ("00_welcome", "06_training_step"):  # their views sit in Predict cells (folded)
+        assert _stored(ROOT / "solutions" / f"{name}.ipynb")["views"] >= 1, name
+
+
+# ------------------------------------------------------------------------------------------- browser
 
 
 @pytest.fixture(scope="module")
@@ -82,108 +179,103 @@ def browser(tmp_path_factory):
         yield context
 
 
-def test_site_has_an_index_and_a_page_per_chapter(site):
-    pages = json.loads((site / "pages.json").read_text())
-    assert pages == ["index.html"] + [f"{p.stem}.html" for p in CHAPTERS]
-    index = (site / "index.html").read_text()
-    for path in CHAPTERS:
-        assert f'href="{path.stem}.html"' in index
-        assert "mybinder.org" in index and "colab.research.google.com" in index
-    page = (site / f"{CHAPTERS[0].stem}.html").read_text()
-    assert not re.search(r"""<(script|link)[^>]+(src|href)=["']https?://""", page), (
-        "a page loads a script or style from the web"
-    )
+@pytest.fixture
+def tab(browser, server):
+    """A new tab that refuses every request leaving the machine and records errors."""
+    tab = browser.new_page()
+    tab.errors, tab.outside = [], []
+    tab.on("console", lambda msg: tab.errors.append(msg.text) if msg.type == "error" else None)
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.on("response", lambda r: tab.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
 
+    def only_local(route):
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:
+            tab.outside.append(route.request.url)
+            route.abort()
 
-def _expected(path: Path) -> dict:
-    """What the saved notebook says the page must show."""
-    nb = nbformat.read(path, as_version=4)
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    return {
-        "figures": sum(1 for o in outputs if {"image/png", "image/svg+xml"} & set(o.get("data", {}))),
-        "widgets": sum(1 for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})),
-        "math": any("$" in c.source for c in nb.cells if c.cell_type == "markdown"),
-    }
+    tab.route("**/*", only_local)
+    yield tab
+    tab.close()
+    assert not tab.outside, f"requests that left the machine: {tab.outside}"
+    assert not tab.errors, f"console errors: {tab.errors}"
 
 
 WAIT_FOR_MATHJAX = """() => window.MathJax && MathJax.startup && MathJax.startup.promise
     ? MathJax.startup.promise.then(() => true) : false"""
 
 INSPECT = """() => {
-    const outputs = [...document.querySelectorAll('.jp-OutputArea-output')];
-    const widgetAreas = [...document.querySelectorAll('.jupyter-widgets.jp-OutputArea-output')];
-    const widgets = widgetAreas.map(area => {
-        const view = area.querySelector('.lm-Widget, .p-Widget');
-        const box = view ? view.getBoundingClientRect() : {width: 0, height: 0};
-        return {drawn: !!view, width: box.width, height: box.height, text: area.innerText.slice(0, 200)};
-    });
-    const imgs = [...document.querySelectorAll('.jp-OutputArea-output img')];
-    const svgs = [...document.querySelectorAll('.jp-OutputArea-output svg')];
+    const closed = [...document.querySelectorAll('details.agl-answer, details.agl-solution')].filter(d => !d.open).length;
+    const hidden = [...document.querySelectorAll('details.agl-answer .jp-OutputArea')].filter(o => o.checkVisibility()).length;
+    document.querySelectorAll('details').forEach(d => d.open = true);
     const markdown = [...document.querySelectorAll('.jp-RenderedMarkdown, .jp-RenderedHTMLCommon')].map(e => e.innerText).join('\\n');
+    const views = [...document.querySelectorAll('.autogradlab-static')];
     return {
-        widgets,
-        figures: imgs.length + svgs.length,
+        closed, visible_answers: hidden,
+        views: views.map(v => [...v.querySelectorAll('img')].map(i => i.getBoundingClientRect().width)),
+        figures: document.querySelectorAll('.jp-OutputArea-output img, .jp-OutputArea-output svg').length,
         broken_images: [...document.querySelectorAll('img')].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80)),
         math: document.querySelectorAll('mjx-container').length,
         math_errors: document.querySelectorAll('mjx-merror, [data-mjx-error]').length,
         raw_display_math: (markdown.match(/\\$\\$/g) || []).length,
-        error_text: document.body.innerText.includes('Error displaying widget'),
     };
 }"""
 
 
-@pytest.mark.parametrize("page", ["index"] + [p.stem for p in CHAPTERS])
-def test_page_renders_offline(browser, server, page):
-    errors, outside = [], []
-    tab = browser.new_page()
-    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
-
-    def only_local(route):
-        if route.request.url.startswith(server):
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    tab.route("**/*", only_local)
-    try:
-        tab.goto(f"{server}/{page}.html", wait_until="load")
-        if page == "index":
-            assert tab.locator("ol > li > a[href$='.html']").count() == len(CHAPTERS)
-            assert not errors and not outside, (errors, outside)
-            return
-        expected = _expected(ROOT / "chapters" / f"{page}.ipynb")
-        if expected["widgets"]:
-            tab.wait_for_function(
-                "n => document.querySelectorAll('.jupyter-widgets.jp-OutputArea-output .lm-Widget').length >= n",
-                arg=expected["widgets"],
-                timeout=30_000,
-            )
-        if expected["math"]:
-            assert tab.evaluate(WAIT_FOR_MATHJAX), "MathJax did not load"
-        found = tab.evaluate(INSPECT)
-        shots = ROOT / "test-artifacts" / "site"
-        shots.mkdir(parents=True, exist_ok=True)
-        tab.screenshot(path=str(shots / f"{page}.png"))
-        if expected["widgets"]:  # the first widget, as drawn from its saved state
-            tab.locator(".jupyter-widgets.jp-OutputArea-output").first.screenshot(
-                path=str(shots / f"{page}-widget.png")
-            )
-    finally:
-        tab.close()
-    assert not outside, f"{page}: requests that left the machine: {outside}"
-    assert not errors, f"{page}: console errors: {errors}"
-    assert len(found["widgets"]) == expected["widgets"], found["widgets"]
-    empty = [w for w in found["widgets"] if not w["drawn"] or w["height"] < 20 or w["width"] < 20]
-    assert not empty, f"{page}: empty widget areas: {empty}"
-    assert not found["error_text"], f"{page}: 'Error displaying widget'"
-    assert found["figures"] >= expected["figures"], (
-        f"{page}: {found['figures']} figures drawn, the notebook saved {expected['figures']}"
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_offline(tab, server, page):
+    stored = _stored(ROOT / "solutions" / f"{page}.ipynb")
+    tab.goto(f"{server}/{page}.html", wait_until="load")
+    if stored["math"]:
+        assert tab.evaluate(WAIT_FOR_MATHJAX), "MathJax did not load"
+    found = tab.evaluate(INSPECT)
+    tab.wait_for_timeout(300)  # images inside the folds just opened
+    found["broken_images"] = tab.evaluate(
+        "() => [...document.querySelectorAll('img')].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80))"
     )
+    shots = ROOT / "test-artifacts" / "site"
+    shots.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(shots / f"{page}.png"))
+    if found["views"]:
+        view = tab.locator(".autogradlab-static").first
+        view.scroll_into_view_if_needed()
+        view.screenshot(path=str(shots / f"{page}-view.png"))
+    assert found["closed"] == stored["answers"] + stored["solutions"], f"{page}: folds open on arrival"
+    assert found["visible_answers"] == 0, f"{page}: a Predict answer is visible before its click"
+    assert len(found["views"]) == stored["views"]
+    assert all(widths and min(widths) > 50 for widths in found["views"] if widths), f"{page}: a view not drawn"
+    assert found["figures"] >= stored["figures"], f"{page}: {found['figures']} figures drawn, {stored['figures']} saved"
     assert not found["broken_images"], f"{page}: images that did not load: {found['broken_images']}"
-    if expected["math"]:
+    if stored["math"]:
         assert found["math"] > 0, f"{page}: no MathJax output"
         assert found["math_errors"] == 0, f"{page}: MathJax errors"
         assert found["raw_display_math"] == 0, f"{page}: raw $$ left in the text"
+
+
+def test_a_fold_opens_on_a_click(tab, server):
+    tab.goto(f"{server}/01_dynamic_graph.html", wait_until="load")
+    answer = tab.locator("details.agl-answer").first
+    output = answer.locator(".jp-OutputArea")
+    assert not output.is_visible()
+    answer.locator("summary").click()
+    assert output.is_visible()
+
+
+def test_search_box_finds_a_section_and_goes_there(tab, server):
+    tab.goto(f"{server}/index.html", wait_until="load")
+    tab.fill("#agl-search", "retain_graph")
+    results = tab.locator("#agl-results a.agl-result")
+    results.first.wait_for(timeout=5_000)
+    assert results.count() >= 1 and "retain_graph" in results.first.inner_text()
+    target = results.first.get_attribute("href")
+    tab.keyboard.press("Enter")
+    tab.wait_for_url(f"**/{target.split('#')[0]}*")
+    assert tab.url.endswith(target)
+    tab.fill("#agl-search", "zzzz-not-in-the-course")
+    assert "No section holds" in tab.locator("#agl-results").inner_text()
+
+
+def test_index_lists_every_chapter(tab, server):
+    tab.goto(f"{server}/index.html", wait_until="load")
+    assert tab.locator("ol.agl-chapters > li > a[href$='.html']").count() == len(PAGES)
