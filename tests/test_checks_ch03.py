@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.ch03 import check_hvp, check_mean_vjp, check_softmax_vjp, check_sum_to_shape
+from autogradlab.checks.ch03 import check_hvp, check_softmax_vjp, check_sum_to_shape
 from autogradlab.checks.core import ExerciseError
 
 
@@ -225,101 +225,6 @@ def test_sum_to_size_is_back_after_the_check():
     assert torch.ones(2, 3).sum_to_size(3).tolist() == [2.0, 2.0, 2.0]
 
 
-# --------------------------------------------------------------------------- mean_vjp
-
-
-def reduced_dims(dim, ndim):
-    return sorted(d % ndim for d in ((dim,) if isinstance(dim, int) else dim))
-
-
-def mean_vjp_unsqueeze(v, x_shape, dim, keepdim):
-    dims = reduced_dims(dim, len(x_shape))
-    for d in [] if keepdim else dims:
-        v = v.unsqueeze(d)
-    return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
-
-
-def mean_vjp_reshape(v, x_shape, dim, keepdim):
-    dims = reduced_dims(dim, len(x_shape))
-    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
-    return v.reshape(kept) * torch.ones(tuple(x_shape), dtype=v.dtype) / (math.prod(x_shape) / v.numel())
-
-
-def mean_vjp_repeat(v, x_shape, dim, keepdim):
-    dims = reduced_dims(dim, len(x_shape))
-    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
-    count = math.prod(x_shape[d] for d in dims)
-    return v.reshape(kept).repeat([x_shape[i] if i in dims else 1 for i in range(len(x_shape))]) / count
-
-
-def mean_vjp_always_unsqueeze(v, x_shape, dim, keepdim):
-    return mean_vjp_unsqueeze(v, x_shape, dim, False)
-
-
-def mean_vjp_given_order(v, x_shape, dim, keepdim):
-    dims = (dim,) if isinstance(dim, int) else dim
-    for d in [] if keepdim else dims:
-        v = v.unsqueeze(d)
-    return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
-
-
-def mean_vjp_by_matrix(v, x_shape, dim, keepdim):
-    """Each input's mean, as a 0/1 matrix over the output elements, scaled: that matrix is J."""
-    dims = reduced_dims(dim, len(x_shape))
-    kept = [1 if i in dims else s for i, s in enumerate(x_shape)]
-    index = torch.arange(v.numel()).reshape(kept).expand(tuple(x_shape)).reshape(-1)
-    J = F.one_hot(index, v.numel()).to(v.dtype).T / math.prod(x_shape[d] for d in dims)
-    return (v.reshape(-1) @ J).reshape(tuple(x_shape))
-
-
-CORRECT_MEAN = {
-    "sorted unsqueeze + expand": mean_vjp_unsqueeze,
-    "reshape to the kept shape, times ones": mean_vjp_reshape,
-    "repeat": mean_vjp_repeat,
-}
-
-WRONG_MEAN = {
-    "no division": (
-        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))),
-        ("value", "no-division"),
-    ),
-    "divided by numel": (
-        lambda *a: mean_vjp_unsqueeze(*a) * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1]))) / math.prod(a[1]),
-        ("value", "divided-by-numel"),
-    ),
-    "one dim's size only": (
-        lambda *a: (
-            mean_vjp_unsqueeze(*a)
-            * math.prod(a[1][d] for d in reduced_dims(a[2], len(a[1])))
-            / a[1][a[2] if isinstance(a[2], int) else a[2][0]]
-        ),
-        ("value", "one-dim-size"),
-    ),
-    "ignores keepdim": (mean_vjp_always_unsqueeze, ("raised", None)),
-    "unsqueeze in the given order": (mean_vjp_given_order, ("raised", None)),
-    "lost dtype": (lambda *a: mean_vjp_unsqueeze(*a).float(), ("dtype", None)),
-    "autograd": (
-        lambda v, x_shape, dim, keepdim: torch.autograd.grad(
-            torch.zeros(x_shape, dtype=v.dtype, requires_grad=True).mean(dim, keepdim), v
-        )[0],
-        ("off-limits", None),
-    ),
-    "jacobian as a matrix": (mean_vjp_by_matrix, ("contract", "built-jacobian")),
-    "not implemented": (not_implemented, ("not-implemented", None)),
-}
-
-
-@pytest.mark.parametrize("name", CORRECT_MEAN)
-def test_correct_mean_vjp_passes(name, capsys):
-    check_mean_vjp(CORRECT_MEAN[name])
-    assert capsys.readouterr().out.startswith("✓ mean_vjp")
-
-
-@pytest.mark.parametrize("name", WRONG_MEAN)
-def test_wrong_mean_vjp_is_rejected_with_its_hint(name):
-    rejected(check_mean_vjp, *WRONG_MEAN[name])
-
-
 # --------------------------------------------------------------------------- hvp
 
 
@@ -505,7 +410,7 @@ def test_hvp_shortcuts_are_back_after_the_check():
 
 
 def test_cases_are_not_trivial():
-    from autogradlab.checks.ch03 import _hvp_cases, _hvp_large, _mean_cases, _softmax_cases, _sum_to_shape_cases
+    from autogradlab.checks.ch03 import _hvp_cases, _hvp_large, _softmax_cases, _sum_to_shape_cases
 
     # Hessians that are not diagonal, so H v is not an element-wise product
     f, params, _ = _hvp_cases()[2].args
@@ -532,8 +437,3 @@ def test_cases_are_not_trivial():
     shapes = [(tuple(c.args[0].shape), c.args[1]) for c in _sum_to_shape_cases()]
     assert ((2, 3, 4), ()) in shapes and ((4, 3), (4, 3)) in shapes and ((3, 1, 4), (1, 1, 4)) in shapes
     assert any(not c.args[0].is_contiguous() for c in _sum_to_shape_cases())
-    # mean: keepdim both ways, tuples with negative and unsorted dims, a non-contiguous v
-    mean = _mean_cases()
-    assert {True, False} == {c.args[3] for c in mean}
-    assert (2, 0) in [c.args[2] for c in mean] and (-3, -1) in [c.args[2] for c in mean]
-    assert any(not c.args[0].is_contiguous() for c in mean)

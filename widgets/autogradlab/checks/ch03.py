@@ -2,7 +2,7 @@
 
 Each checker holds the contract its exercise states, not only the numbers:
 
-- The three VJP rules are by hand (autograd off limits, no graph), and the built-in that would
+- The two VJP rules are by hand (autograd off limits, no graph), and the built-in that would
   do the work is refused (``Tensor.sum_to_size`` for the broadcasting add).
 - "Without building J": one input is large enough that a Jacobian (or Hessian) is hundreds of
   times bigger than any tensor the right answer needs. :class:`_Footprint` (a dispatch mode)
@@ -331,109 +331,6 @@ def check_sum_to_shape(sum_to_shape) -> None:
         "dim (a 0-dim result), so skip the sum when there is nothing to reduce.",
         no_j="each entry of b collects the upstream values of the positions it was copied to: a sum.",
         refused=(Routine(torch.Tensor, "sum_to_size", "`Tensor.sum_to_size`"),),
-    )
-
-
-# --------------------------------------------------------------------------- mean over dims
-
-
-def _dims(dim, ndim: int) -> tuple[int, ...]:
-    return tuple(sorted(d % ndim for d in ((dim,) if isinstance(dim, int) else dim)))
-
-
-def _mean_reference(v, x_shape, dim, keepdim):
-    x = torch.zeros(tuple(x_shape), dtype=v.dtype, requires_grad=True)
-    (g,) = torch.autograd.grad(x.mean(dim, keepdim=keepdim), x, v)
-    return g
-
-
-def _mean_case(x_shape, dim, keepdim, dtype, seed, *, transposed=False) -> Case:
-    dims = _dims(dim, len(x_shape))
-    out_shape = (
-        [1 if i in dims else s for i, s in enumerate(x_shape)]
-        if keepdim
-        else [s for i, s in enumerate(x_shape) if i not in dims]
-    )
-    if transposed:
-        v = torch.randn(*reversed(out_shape), generator=seeded(seed), dtype=dtype).mT
-    else:
-        v = torch.randn(*out_shape, generator=seeded(seed), dtype=dtype)
-    averaged = math.prod(x_shape[d] for d in dims)
-    note = ", v non-contiguous" if transposed else ""
-    label = f"x of shape {tuple(x_shape)}, mean over dim={dim}, keepdim={keepdim}{note} ({_dtype_name(dtype)})"
-    return Case((v, x_shape, dim, keepdim), label, context={"batch_size": averaged})
-
-
-def _mean_cases() -> list[Case]:
-    return [
-        _mean_case((4, 3), 0, False, torch.float64, 20),
-        _mean_case((4, 3), 1, True, torch.float64, 21),
-        _mean_case((2, 3, 5), -1, False, torch.float64, 22),
-        _mean_case((2, 3, 5), (0, 2), False, torch.float64, 23),
-        _mean_case((2, 3, 5, 4), (2, 0), False, torch.float64, 24),
-        _mean_case((2, 3, 5, 4), (-1, 1), True, torch.float64, 25),
-        _mean_case((2, 3, 5, 4), (-3, -1), False, torch.float64, 29),
-        _mean_case((1, 4), 0, False, torch.float64, 26),
-        _mean_case(torch.Size([2, 5, 3]), 1, False, torch.float32, 27, transposed=True),
-    ]
-
-
-def _mean_large() -> Case:
-    return _mean_case((64, 128), 0, False, torch.float64, 28)
-
-
-def _mean_unsqueezed(v, x_shape, dim, keepdim):
-    if not keepdim:
-        for d in _dims(dim, len(x_shape)):
-            v = v.unsqueeze(d)
-    return v
-
-
-def _mean_wrong(divide_by: Callable) -> Callable:
-    return lambda v, x_shape, dim, keepdim: (
-        _mean_unsqueezed(v, x_shape, dim, keepdim).expand(tuple(x_shape)) / divide_by(x_shape, dim)
-    )
-
-
-_MEAN_HINTS = {
-    "no-division": "x.mean(dim) divides by the number of elements it averages, and so does its VJP: each input element gets v / (the product of the sizes of the reduced dims).",
-    "divided-by-numel": "the mean is over the reduced dims only: divide by the product of their sizes, not by the number of elements of x.",
-    "one-dim-size": "with several dims, the mean averages over all of them at once: divide by the product of their sizes, not by the size of one of them.",
-}
-MEAN_MISTAKES = tuple(
-    Mistake(key, _MEAN_HINTS[key], compute)
-    for key, compute in {
-        "no-division": _mean_wrong(lambda x_shape, dim: 1),
-        "divided-by-numel": _mean_wrong(lambda x_shape, dim: math.prod(x_shape)),
-        "one-dim-size": _mean_wrong(lambda x_shape, dim: x_shape[dim if isinstance(dim, int) else dim[0]]),
-    }.items()
-)
-
-
-def check_mean_vjp(mean_vjp) -> None:
-    """Check ``mean_vjp(v, x_shape, dim, keepdim)``: the VJP of ``x.mean(dim, keepdim)``, by hand, shaped like x.
-
-    ``dim`` is an int or a tuple of ints (negative allowed), as in ``torch.mean``.
-
-    >>> def mean_vjp(v, x_shape, dim, keepdim):
-    ...     dims = sorted(d % len(x_shape) for d in ((dim,) if isinstance(dim, int) else dim))
-    ...     for d in ([] if keepdim else dims):
-    ...         v = v.unsqueeze(d)
-    ...     return v.expand(tuple(x_shape)) / math.prod(x_shape[d] for d in dims)
-    >>> check_mean_vjp(mean_vjp)
-    ✓ mean_vjp matches the reference on 10 inputs
-    """
-    _check_vjp(
-        mean_vjp,
-        _mean_reference,
-        _mean_cases(),
-        _mean_large(),
-        name="mean_vjp",
-        what_not="the Jacobian of the mean",
-        mistakes=MEAN_MISTAKES,
-        error_hints="with keepdim=False, v has lost the reduced dims: put each back with size 1 (unsqueeze, "
-        "in increasing order of d % x.dim()); with keepdim=True they are already there. Then expand to x_shape.",
-        no_j="each input element gets the upstream value of its mean, divided by how many elements were averaged.",
     )
 
 
