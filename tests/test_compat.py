@@ -8,7 +8,9 @@ These tests run inside it:
 - the view tests, by path, with that venv's python;
 - two chapters, each copied alone into an empty folder outside the checkout and executed with nbclient:
   only the exercise cells (tagged raises-exception) may raise;
-- the recorded results (autogradlab/data/, package data) shipped in the wheel and found by it.
+- the recorded results (autogradlab/data/, package data) shipped in the wheel and found by it;
+- a chapter's setup cell on a simulated Colab (a fresh environment holding these packages and torch):
+  it installs the package from git and pip fetches no torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import textwrap
 import zipfile
@@ -161,3 +164,53 @@ def test_the_wheel_ships_the_recorded_results_and_the_package_finds_them(outside
     folder, count = done.stdout.split()[-2:]
     assert COMPAT.resolve() in Path(folder).resolve().parents and (Path(folder) / "README.md").is_file(), folder
     assert int(count) == len(expected)
+
+
+def _colab_like_runtime(folder: Path) -> Path:
+    """A fresh environment that already holds torch and the lower-bound packages, but not the course package.
+
+    Its site-packages links to .venv-compat's entries (fast, nothing copied), autogradlab left out.
+    """
+    runtime = folder / "runtime"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(runtime)], check=True)
+    ours = Path(_run([str(runtime / "bin" / "python"), "-c", PURELIB], folder, _env(folder), 60).stdout.strip())
+    theirs = Path(_run([str(PYTHON), "-c", PURELIB], folder, _env(folder), 60).stdout.strip())
+    for entry in theirs.iterdir():
+        if not entry.name.startswith("autogradlab"):
+            (ours / entry.name).symlink_to(entry)
+    return runtime
+
+
+PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+
+
+def test_the_colab_setup_cell_installs_the_package_and_downloads_no_torch(outside):
+    """The setup cell on a simulated Colab: the package from git with --no-deps, then only what lacks; no torch."""
+    from autogradlab.release.launch import setup_source
+
+    repo = outside / "course"
+    shutil.copytree(
+        ROOT / "widgets", repo / "widgets", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    )
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "course"]):
+        subprocess.run(["git", "-c", "user.name=c", "-c", "user.email=c@example.org", *args], cwd=repo, check=True)
+    runtime = _colab_like_runtime(outside)
+    cell = setup_source(f"autogradlab @ git+file://localhost{repo}@main#subdirectory=widgets")
+    colab = 'import sys, types; sys.modules["google.colab"] = types.ModuleType("google.colab")\n'
+    env = dict(_env(outside), PIP_LOG=str(outside / "pip.log"))
+    done = _run([str(runtime / "bin" / "python"), "-c", colab + cell], outside, env, 300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("✓ Course package ready, with this runtime's torch 2.13.0")
+    fetched = [
+        line
+        for line in (outside / "pip.log").read_text().splitlines()
+        if " Collecting " in line or " Downloading " in line
+    ]
+    assert fetched and not [line for line in fetched if " torch" in line], fetched  # the platform's torch stays
+    where = _run(
+        [str(runtime / "bin" / "python"), "-c", "import autogradlab; print(autogradlab.__file__)"],
+        outside,
+        _env(outside),
+        60,
+    )
+    assert Path(where.stdout.strip()).is_relative_to(runtime), where.stdout

@@ -5,8 +5,8 @@
 Runs ``jupyter nbconvert --execute`` on a copy and samples its process tree every 50 ms with psutil.
 It prints two peaks: summed RSS, which counts memory shared between processes (torch's libraries)
 once per process, so an upper bound; and summed PSS, which splits shared pages between the processes
-that map them, so what the machine really holds (Linux only). The jupyter server a learner has on top
-adds about 100 MiB. docs/instructors.md quotes the result for its memory limit per learner.
+that map them, so what the machine really holds (Linux only). The Jupyter server a learner has on top
+adds about 85 MiB. docs/instructors.md quotes the result for its memory limit per learner.
 """
 
 from __future__ import annotations
