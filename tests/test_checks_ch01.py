@@ -82,7 +82,7 @@ WRONG_PARAMS = {  # answer, (kind, mistake)
     "a zero gradient taken for None": (zero_means_none, ("value", "zero-is-not-none")),
     "a list": (lambda x, p: sorted(right_sets(x, p)), ("type", None)),
     "a string": (lambda x, p: "abc", ("type", None)),
-    "unknown name": (lambda x, p: right_sets(x, p) | {"w"}, ("value", None)),
+    "unknown name": (lambda x, p: right_sets(x, p) | {"w"}, ("type", None)),
     "not implemented": (lambda x, p: (_ for _ in ()).throw(NotImplementedError()), ("not-implemented", None)),
     "runs backward instead of reasoning": (by_running, ("off-limits", None)),
     "reads capture() instead of reasoning": (by_capturing, ("off-limits", None)),

@@ -1,12 +1,9 @@
 """Checkers for chapter 01 (the dynamic computation graph).
 
-1. :func:`check_params_that_get_grad`: which parameters does a forward pass that branches and
-   loops on its own values reach? Checked against a real backward; the answer runs with no
-   graph possible (it computes the conditions, not the gradients).
-2. :func:`check_scaled_scores`: repair a function whose graph is cut in three disguised places
-   (values and gradients for both inputs against autograd; each remaining cut named).
-3. :func:`check_reverse_sweep`: run backward by hand on PyTorch's own graph, each node once in a
-   valid order, accumulating into the leaves, with the engine switched off.
+1. :func:`check_params_that_get_grad`: which parameters does a forward pass that branches and loops
+   on its own values reach? Against a real backward; the answer runs with no graph possible.
+2. :func:`check_scaled_scores`: repair a function whose graph is cut in three disguised places.
+3. :func:`check_reverse_sweep`: run backward by hand on PyTorch's own graph, engine switched off.
 
 The checker's own answers (:func:`_scaled`, :func:`_sweep`) are off limits to the learner's code.
 """
@@ -23,8 +20,6 @@ from autogradlab.models.dynamic_graph import routed_forward
 _OWN_ANSWERS = ("autogradlab.checks.ch01",)
 
 # --- Exercise 1: which parameters get a gradient? -------------------------------------------
-
-PARAM_NAMES = ("a", "b", "c", "d")
 
 
 def _routed_cases() -> list[Case]:
@@ -47,21 +42,19 @@ def _with_grad(x, params) -> set[str]:
     return {n for n, p in params.items() if p.grad is not None}
 
 
-def _grad_hint(name: str) -> tuple[str, str]:
-    """``(mistake id, hint)`` for the first wrong name, in the order that explains the most."""
-    if name == "d":
-        return (
-            "detached",
-            "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
-        )
-    if name == "a":
-        return "zero-is-not-none", (
-            "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, "
-            "a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values."
-        )
-    if name == "b":
-        return "branch", "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1."
-    return "loop", "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1."
+# (mistake id, hint) for a wrong name, tried in this order: the first explains the most.
+_PARAM_HINTS = {
+    "d": (
+        "detached",
+        "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
+    ),
+    "a": (
+        "zero-is-not-none",
+        "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values.",
+    ),
+    "b": ("branch", "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1."),
+    "c": ("loop", "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1."),
+}
 
 
 def check_params_that_get_grad(params_that_get_grad) -> None:
@@ -78,33 +71,24 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
     learner = LearnerCall(
         params_that_get_grad, "params_that_get_grad", OffLimits(autograd=True, no_graph=True, why=why)
     )
-    cases = _routed_cases()
-    for case in cases:
-        x, params = case.args
-        got = learner.on(case.label)(x, params)
-        if not isinstance(got, (set, frozenset)):
+    for case in _routed_cases():
+        got = learner.on(case.label)(*case.args)
+        if not isinstance(got, (set, frozenset)) or not got <= set(_PARAM_HINTS):
             raise ExerciseError(
                 "type",
-                f"`params_that_get_grad` returned a {type(got).__name__} for {case.label}.",
-                hint="return a set of names such as {'a', 'b'}: a set has no order and no repeats.",
+                f"`params_that_get_grad` returned {got!r} for {case.label}.",
+                hint="return a set of names among 'a', 'b', 'c', 'd', such as {'a', 'b'}: a set has no order and no repeats.",
             )
-        if got - set(PARAM_NAMES):
-            raise ExerciseError(
-                "value",
-                f"unknown parameter name(s) {sorted(got - set(PARAM_NAMES))} for {case.label}.",
-                hint="use 'a', 'b', 'c', 'd'.",
-            )
-        truth = _with_grad(x, params)
+        truth = _with_grad(*case.args)
         if got != truth:
-            name = min(got ^ truth, key="dabc".index)
-            mistake, hint = _grad_hint(name)
+            mistake, hint = next(_PARAM_HINTS[n] for n in _PARAM_HINTS if n in got ^ truth)
             raise ExerciseError(
                 "value",
                 f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}.",
                 hint=hint,
                 mistake=mistake,
             )
-    passed(f"params_that_get_grad is right on {len(cases)} inputs")
+    passed("params_that_get_grad is right on 5 inputs")
 
 
 # --- Exercise 2: repair a function whose graph is cut -----------------------------------------
@@ -156,33 +140,19 @@ SCALED_VALUE_MISTAKES = tuple(
 )
 
 
-def _with_outliers(gen, shape, dtype, outliers):
-    x = torch.randn(shape, generator=gen, dtype=dtype)
-    for i, value in outliers:
-        x.view(-1)[i] = value
-    return x
-
-
 def _scaled_cases() -> list[Case]:
-    gen, f64 = seeded(21), torch.float64
-    return [
-        Case(
-            (_with_outliers(gen, (20,), f64, [(3, 9.0)]), torch.tensor(0.7, dtype=f64)),
-            "x of shape (20,) with one outlier (its score is above 3), temperature 0.7",
-        ),
-        Case(
-            (_with_outliers(gen, (4, 6), f64, [(5, -8.0), (17, 7.5)]), torch.tensor(1.3, dtype=f64)),
-            "x of shape (4, 6) with two outliers, temperature 1.3",
-        ),
-        Case(
-            (torch.randn(3, 5, generator=gen, dtype=f64), torch.tensor(2.0, dtype=f64)),
-            "x of shape (3, 5) with no score beyond ±3, temperature 2.0",
-        ),
-        Case(
-            (_with_outliers(gen, (2, 3, 4), torch.float32, [(0, 10.0)]), torch.tensor(0.5)),
-            "x of shape (2, 3, 4) in float32 with one outlier, temperature 0.5",
-        ),
-    ]
+    gen, cases = seeded(21), []
+    for shape, dtype, outliers, t, label in [  # outliers: (flat index, value)
+        ((20,), torch.float64, [(3, 9.0)], 0.7, "x of shape (20,) with one outlier (its score is above 3)"),
+        ((4, 6), torch.float64, [(5, -8.0), (17, 7.5)], 1.3, "x of shape (4, 6) with two outliers"),
+        ((3, 5), torch.float64, [], 2.0, "x of shape (3, 5) with no score beyond ±3"),
+        ((2, 3, 4), torch.float32, [(0, 10.0)], 0.5, "x of shape (2, 3, 4) in float32 with one outlier"),
+    ]:
+        x = torch.randn(shape, generator=gen, dtype=dtype)
+        for i, value in outliers:
+            x.view(-1)[i] = value
+        cases.append(Case((x, torch.tensor(t, dtype=dtype)), f"{label}, temperature {t}"))
+    return cases
 
 
 def _grads(fn, x, t, weights):
