@@ -393,3 +393,9 @@ def test_the_error_hint_is_added_only_when_the_learner_raises():
     with pytest.raises(ExerciseError) as info:
         check_function(lambda x: 3 * x, lambda x: x, cases, name="f", error_hints="mind the shapes")
     assert info.value.kind == "value" and info.value.hint != "mind the shapes"
+
+
+def test_building_a_course_dataclass_is_not_a_course_call():
+    from autogradlab.graph.saved_bytes import Stored
+
+    LearnerCall(lambda: Stored(4), "build", OffLimits(course=("autogradlab.graph",)))()

@@ -256,7 +256,9 @@ def _course_calls(modules: tuple[str, ...], used: list[str]) -> Iterator[None]:
         if event != "call":
             return
         shown = learner_call(frame)
-        if shown and shown.startswith(prefixes) and not shown.startswith(__name__ + ".") and shown not in used:
+        if not shown or "__create_fn__" in shown:  # a dataclass's generated __init__/__eq__: a container, not a helper
+            return
+        if shown.startswith(prefixes) and not shown.startswith(__name__ + ".") and shown not in used:
             used.append(shown)
 
     sys.setprofile(profile)
