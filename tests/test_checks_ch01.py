@@ -1,6 +1,5 @@
 """Chapter 01 checkers: right answers in several forms pass, typical wrong ones are named (kind, mistake)."""
 
-
 import pytest
 import torch
 
