@@ -40,6 +40,21 @@ def test_raw_saved_is_a_savedtensor_with_data_unpack_and_unpack_hook():
     assert torch.equal(internals.unpack_raw(internals.raw_saved(y.grad_fn, "self")), x)
 
 
+TORCH = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def test_savedtensor_unpack_is_offered_by_torch_2_13_not_2_11_and_unpack_raw_works_on_both():
+    """torch 2.13 has SavedTensor.unpack; 2.11 (the floor) has not, and unpack_raw reads the stored tensor."""
+    if TORCH >= (2, 13):
+        assert internals.HAS_SAVED_UNPACK
+    if TORCH <= (2, 11):
+        assert not internals.HAS_SAVED_UNPACK
+    a = torch.randn(5, 3, requires_grad=True)
+    fn = (a * 1)[torch.tensor([0, 2])].grad_fn
+    (index,) = internals.raw_saved(fn, "indices")
+    assert torch.equal(internals.unpack_raw(index), torch.tensor([0, 2]))
+
+
 def test_a_list_of_saved_tensors_is_a_list_of_savedtensors():
     a, b = torch.randn(2, requires_grad=True), torch.randn(3, requires_grad=True)
     fn = torch.cat([a, b]).grad_fn

@@ -6,6 +6,8 @@ backward. Each such read is one small named function or constant here, with why 
 is needed and why no public alternative does the job. ``tests/test_torch_internals.py``
 names every one and checks it still exists and behaves as assumed, so a PyTorch
 upgrade that moves one fails loudly in that one test, not deep inside a chapter.
+The package supports torch 2.11 and later: where an older torch lacks something,
+the function here detects it and falls back, and its test says which versions offer it.
 
 >>> import torch
 >>> x = torch.ones(2, requires_grad=True)
@@ -33,6 +35,7 @@ __all__ = [
     "saved_data",
     "saved_unpack_hook",
     "unpack_raw",
+    "HAS_SAVED_UNPACK",
     "version",
     "sequence_nr",
     "input_metadata",
@@ -110,9 +113,27 @@ def saved_unpack_hook(saved: Any) -> Any:
     return saved.unpack_hook
 
 
+# What each torch version offers (the floor is 2.11, widgets/pyproject.toml): SavedTensor.unpack is in
+# 2.13 and not in 2.11. Without it, a saved tensor reached alone (an entry of a saved list: indexing's
+# indices, cat's inputs) is read as stored, without backward's version check.
+HAS_SAVED_UNPACK = hasattr(torch._C._autograd.SavedTensor, "unpack")
+
+
 def unpack_raw(saved: Any) -> Any:
-    """Unpack a ``SavedTensor`` with backward's checks (cannot unpack a saved output: use :func:`unpack_saved`)."""
-    return saved.unpack()
+    """Unpack a ``SavedTensor`` with backward's checks (cannot unpack a saved output: use :func:`unpack_saved`).
+
+    Where torch has no ``SavedTensor.unpack`` (2.11): the tensor as stored, and the error backward
+    gives when it was freed; a stale entry is not detected there.
+    """
+    if HAS_SAVED_UNPACK:
+        return saved.unpack()
+    data = saved.data
+    if data is None:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after they "
+            "have already been freed)."
+        )
+    return data
 
 
 # --------------------------------------------------------------------------- nodes and tensors
