@@ -19,6 +19,7 @@ batch) or a view of one (``t``, ``permute``, ``view``, ``detach``, ...: ``OpOver
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -69,9 +70,16 @@ def _nbytes(value) -> int:
 
 
 def base_of(node: Node) -> Node:
-    """The node whose memory ``node`` lives in: follow view ops (``t``, ``view``, ``permute``, ...) back."""
-    while node.op == "call_function" and getattr(node.target, "is_view", False) and node.args:
-        node = node.args[0]
+    """The node whose memory ``node`` lives in: follow view ops (``t``, ``view``, ``permute``, ...) back.
+
+    A view op with several outputs (``split``, ``chunk``) hands out its pieces through ``getitem`` nodes.
+    """
+    while node.op == "call_function" and node.args:
+        source = node.args[0]
+        piece = node.target is operator.getitem and isinstance(source, Node)
+        if not (getattr(node.target, "is_view", False) or (piece and getattr(source.target, "is_view", False))):
+            break
+        node = source
     return node
 
 

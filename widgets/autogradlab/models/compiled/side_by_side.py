@@ -96,6 +96,7 @@ def compare(name: str, option: str) -> Comparison:
     if option not in OPTIONS:
         raise ValueError(f"unknown option {option!r}: choose one of {', '.join(OPTIONS)}")
     partitioner, kept = OPTIONS[option]
+    torch.compiler.reset()  # Dynamo stops compiling a function after 8 recompiles: start from an empty cache
     model, x = build(name)
     forward = model if kept is None else with_policy(model, save_only(kept))
     compiled, recording = compile_recorded(lambda batch: _loss(forward, batch), partition=partitioner)

@@ -1,0 +1,442 @@
+"""Checkers for chapter 11 (autograd under torch.compile).
+
+1. ``check_saved_bytes``: read, from the forward and backward graphs AOTAutograd made, the memory the
+   compiled forward keeps for backward; checked against the saved-tensor hooks on functions the page
+   never shows, under both partitioners.
+2. ``check_step_without_breaks``: remove the graph breaks from a training step without changing its loss
+   or its gradients: one graph, no break, no eager fallback.
+3. ``check_checkpoint_policy``: a selective-checkpoint policy that keeps a compiled MLP stack within a
+   byte budget with the fewest recomputed FLOPs, measured on stacks of other sizes.
+
+The course material they run lives in :mod:`autogradlab.models.compiled.exercises`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import CheckpointPolicy
+
+from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, close, passed
+from autogradlab.graph.saved_bytes import SavedBytes
+from autogradlab.models.compiled import (
+    base_of,
+    compile_recorded,
+    graph_breaks,
+    quiet,
+    read_partition,
+    recording_backend,
+    with_policy,
+)
+from autogradlab.models.compiled.exercises import (
+    BUDGET_SHARE,
+    POLICY_CASES,
+    SAVED_CASES,
+    STEP_CASES,
+    all_matmul_bytes,
+    least_recompute_flops,
+    logged_step,
+    policy_case,
+    quiet_print,
+    step_case,
+)
+
+# --------------------------------------------------------------------------- exercise 1: saved memory from the graphs
+
+
+def _saved(forward, backward):
+    """(forward node, is it a tangent) for every input of the backward graph."""
+    nodes = {n.name: n for n in forward.graph.nodes}
+    return [(nodes.get(p.name, p), p.name.startswith("tangents")) for p in backward.graph.find_nodes(op="placeholder")]
+
+
+def _bytes(node, element_size=None) -> int:
+    value = node.meta["val"]
+    return value.numel() * (value.element_size() if element_size is None else element_size)
+
+
+def _total(forward, backward, *, tangents=False, inputs=False, views=False, per_value=False, element_size=None):
+    """The reference (all flags off) and the slips the flags switch on, in one place."""
+    memory = {}
+    for node, tangent in _saved(forward, backward):
+        base = base_of(node)
+        if tangent and not tangents:
+            continue
+        if not tangent and base.op == "placeholder" and not (inputs or (views and node.op != "placeholder")):
+            continue
+        key = node if per_value or tangent else base
+        memory[key] = _bytes(node if per_value or tangent else base, element_size)
+    return sum(memory.values())
+
+
+def _all_outputs(forward, backward):
+    """Every output of the forward graph that is new memory: the function's results counted as saved too."""
+    (output,) = forward.graph.find_nodes(op="output")
+    bases = {base_of(n) for n in output.args[0] if n is not None and hasattr(n, "op")}
+    return sum(_bytes(b) for b in bases if b.op != "placeholder")
+
+
+SAVED_MISTAKES = (
+    Mistake(
+        "tangents",
+        "the backward graph's inputs named tangents_… are the incoming gradients, not saved values: "
+        "backward receives them when it runs, the forward keeps nothing for them.",
+        lambda f, b: _total(f, b, tangents=True),
+    ),
+    Mistake(
+        "inputs",
+        "a saved input (a placeholder of the forward graph: a parameter, the batch) exists anyway: it adds no memory.",
+        lambda f, b: _total(f, b, inputs=True),
+    ),
+    Mistake(
+        "views-of-inputs",
+        "a saved view of an input (t, permute, view, expand …: `node.target.is_view`) shares the input's memory: "
+        "follow view ops back to their base before you count.",
+        lambda f, b: _total(f, b, views=True),
+    ),
+    Mistake(
+        "per-value",
+        "two saved values can be views of one tensor (a result and its `alias`, the halves of a `chunk`): count "
+        "the memory of their base once, not each value.",
+        lambda f, b: _total(f, b, per_value=True),
+    ),
+    Mistake(
+        "elements",
+        "count bytes, not elements: `node.meta['val']` is a tensor with `.numel()` and `.element_size()`.",
+        lambda f, b: _total(f, b, element_size=1),
+    ),
+    Mistake(
+        "four-bytes",
+        "the element size depends on the dtype: 8 bytes for float64, 2 for the bfloat16 copies autocast saves.",
+        lambda f, b: _total(f, b, element_size=4),
+    ),
+    Mistake(
+        "all-outputs",
+        "the forward graph's first outputs are the function's results, not values saved for backward: take the "
+        "backward graph's inputs (minus the tangents) as the saved set.",
+        _all_outputs,
+    ),
+)
+
+
+def _as_bytes(value, label: str) -> int:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+        raise ExerciseError("type", f"`saved_bytes` should return a whole number of bytes, got {value!r} for {label}.")
+    return int(value)
+
+
+def check_saved_bytes(saved_bytes) -> None:
+    """Check ``saved_bytes(forward, backward) -> int`` against the saved-tensor hooks on four functions.
+
+    >>> from autogradlab.models.compiled import saved_values
+    >>> def answer(forward, backward):
+    ...     return sum({v.base: v.base_nbytes for v in saved_values(forward, backward) if v.source == "new"}.values())
+    >>> check_saved_bytes(answer)
+    ✓ saved_bytes reads what 4 compiled forwards keep for backward, as the saved-tensor hooks measure it
+    """
+    torch.compiler.reset()  # a fresh cache: no graph compiled before (by you or an earlier check) is reused
+    learner = LearnerCall(saved_bytes, "saved_bytes", frozen_inputs=False)
+    candidates = list(SAVED_MISTAKES)  # the slips that agree with every answer so far
+    for case in SAVED_CASES:
+        args = case.inputs()
+        compiled, recording = compile_recorded(case.fn, partition=case.partition)
+        with quiet():
+            out = compiled(*args)
+            out.backward(torch.ones_like(out))
+            with SavedBytes(exclude=args) as measured:
+                compiled(*args)
+        forward, backward = recording.forward[0], recording.backward[0]
+        got = _as_bytes(learner.on(case.label)(forward, backward), case.label)
+        candidates = [m for m in candidates if m.compute(forward, backward) == got]
+        if got == measured.total:
+            continue
+        raise ExerciseError(
+            "value",
+            f"`saved_bytes` is wrong for {case.label}: you count {got} B, the saved-tensor hooks measure "
+            f"{measured.total} B kept for backward (inputs left out).",
+            detail="Saved values: "
+            + ", ".join(f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t),
+            hint=candidates[0].hint
+            if candidates
+            else "list the saved values, follow each view back to its base, and count the bases that are not "
+            "inputs, each once.",
+            mistake=candidates[0].id if candidates else None,
+            measured={"got": got, "expected": measured.total},
+        )
+    passed(
+        f"saved_bytes reads what {len(SAVED_CASES)} compiled forwards keep for backward, as the saved-tensor hooks "
+        "measure it"
+    )
+
+
+# --------------------------------------------------------------------------- exercise 2: a step without graph breaks
+
+BREAK_HINTS = {
+    "item": "`.item()` or `float()` turns a tensor into a Python number, which Dynamo cannot keep in a graph: "
+    "compare and divide with tensors (`torch.where`, `loss.detach()`).",
+    "branch": "a Python `if` on a tensor's value breaks the graph: compute both sides and pick with `torch.where`, "
+    "or notice that the op does nothing where the condition is false.",
+    "print": "`print` runs Python on the side: return the loss and let the caller log it.",
+    "disabled": "a `torch.compiler.disable`d function is run eagerly between two graphs: that is a break too; "
+    "write its work with tensor ops instead.",
+}
+
+
+def _break_kind(reason: str, line: str) -> str:
+    if "disable" in reason:
+        return "disabled"
+    if "print(" in line:
+        return "print"
+    if "item()" in reason or ".item()" in line or "float(" in line:
+        return "item"
+    if reason.startswith("generic_jump") or "if " in line:
+        return "branch"
+    return "other"
+
+
+def _step_clamp_dropped(model, x, y):
+    loss = F.mse_loss(model(x), y)
+    return torch.where(loss > 1, loss / loss.detach(), loss)
+
+
+def _step_normalize_dropped(model, x, y):
+    return F.mse_loss(model(x).clamp(-10, 10), y)
+
+
+def _step_normalize_always(model, x, y):
+    loss = F.mse_loss(model(x).clamp(-10, 10), y)
+    return loss / loss.detach()
+
+
+def _step_not_detached(model, x, y):
+    loss = F.mse_loss(model(x).clamp(-10, 10), y)
+    return torch.where(loss > 1, loss / loss, loss)
+
+
+STEP_MISTAKES = (
+    Mistake(
+        "clamp-dropped",
+        "the clamp changes the gradient where outputs lie beyond ±10 (there it is 0): keep it, it needs no `if`.",
+        _step_clamp_dropped,
+    ),
+    Mistake(
+        "normalize-dropped",
+        "a loss above 1 is divided by its own value (a constant: `.item()`); keep that, written with tensors.",
+        _step_normalize_dropped,
+    ),
+    Mistake(
+        "normalize-always",
+        "only a loss above 1 is divided by its value; below 1 the step is unchanged (`torch.where`).",
+        _step_normalize_always,
+    ),
+    Mistake(
+        "not-detached",
+        "`loss / loss` is the constant 1 with a zero gradient; `.item()` divided by a number "
+        "that carries no gradient: that is `loss.detach()`.",
+        _step_not_detached,
+    ),
+)
+
+
+def _run_step(step, label):
+    model, x, y = step_case(label)
+    with quiet_print():
+        loss = step(model, x, y)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
+        raise ExerciseError(
+            "type",
+            f"`step_without_breaks` should return the loss as a tensor with its graph, got {loss!r} for {label}.",
+            hint="return the loss tensor itself; the caller calls backward() and logs it.",
+        )
+    loss.backward()
+    return loss.detach(), [p.grad for p in model.parameters()]
+
+
+def check_step_without_breaks(step_without_breaks) -> None:
+    """Check ``step_without_breaks(model, x, y)``: ``logged_step``'s loss and gradients, one graph, no break.
+
+    >>> def answer(model, x, y):
+    ...     loss = F.mse_loss(model(x).clamp(-10, 10), y)
+    ...     return torch.where(loss > 1, loss / loss.detach(), loss)
+    >>> check_step_without_breaks(answer)
+    ✓ step_without_breaks gives logged_step's loss and gradients on 4 batches, in one graph with no break
+    """
+    learner = LearnerCall(step_without_breaks, "step_without_breaks", frozen_inputs=False)
+    for label in STEP_CASES:
+        got_loss, got_grads = _run_step(learner.on(label), label)
+        loss, grads = _run_step(logged_step, label)
+        if close(got_loss, loss) and all(close(g, e) for g, e in zip(got_grads, grads)):
+            continue
+        slips = [m for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), (got_loss, got_grads))]
+        what = "loss" if not close(got_loss, loss) else "gradients"
+        raise ExerciseError(
+            "value",
+            f"`step_without_breaks` changes the {what} for the batch with {label}: loss {got_loss.item():.6g}, "
+            f"logged_step's {loss.item():.6g}.",
+            hint=slips[0].hint if slips else None,
+            mistake=slips[0].id if slips else None,
+        )
+    model, x, y = step_case("clamped, large loss")
+    with quiet_print():
+        found = graph_breaks(step_without_breaks, model, x, y)
+    if found.breaks:
+        first = found.breaks[0]
+        kind = _break_kind(first.reason, first.line)
+        raise ExerciseError(
+            "graph-break",
+            f"Dynamo still breaks `step_without_breaks` into {found.graphs} graphs: {len(found.breaks)} break(s), "
+            f"the first at `{first.line}` ({first.reason}).",
+            hint=BREAK_HINTS.get(kind),
+            mistake=kind,
+        )
+    torch.compiler.reset()
+    backend, recording = recording_backend(partition=None)
+    try:
+        with quiet(), quiet_print():
+            torch.compile(step_without_breaks, backend=backend, fullgraph=True)(model, x, y)
+    except Exception as exc:  # fullgraph=True raises at a break the explanation did not list
+        raise ExerciseError(
+            "graph-break",
+            f"`torch.compile(step_without_breaks, fullgraph=True)` refuses it: {str(exc).splitlines()[0]}",
+            mistake="other",
+        ) from None
+    if recording.compiles != 1 or not any(n.op == "call_function" for n in recording.dynamo[0].graph.nodes):
+        raise ExerciseError(
+            "graph-break",
+            "`torch.compile` captured no graph of `step_without_breaks`: it runs eagerly (a `torch.compiler.disable` "
+            "or a skip), so nothing of it is compiled.",
+            hint="remove the breaks themselves; switching Dynamo off for the function is the eager fallback.",
+            mistake="disabled",
+        )
+    passed(
+        f"step_without_breaks gives logged_step's loss and gradients on {len(STEP_CASES)} batches, in one graph "
+        "with no break"
+    )
+
+
+def _matches(wrong, got) -> bool:
+    (wrong_loss, wrong_grads), (loss, grads) = wrong, got
+    return close(loss, wrong_loss) and all(close(g, w) for g, w in zip(grads, wrong_grads))
+
+
+# --------------------------------------------------------------------------- exercise 3: a policy under a byte budget
+
+
+def _policies():
+    aten = torch.ops.aten
+    matmul = {aten.mm.default, aten.addmm.default}
+
+    def by(save):
+        def policy(ctx, op, *args, **kwargs):
+            return CheckpointPolicy.MUST_SAVE if save(op, args) else CheckpointPolicy.PREFER_RECOMPUTE
+
+        return policy
+
+    def smaller(args):  # addmm(bias, input, weight): the output width is the weight's last dimension
+        a, w = args[-2], args[-1]
+        return w.shape[-1] < a.shape[-1]
+
+    return {  # addmm-only first: on a stack without bias it saves as little as saves-nothing, which fails earlier
+        "addmm-only": by(lambda op, args: op is aten.addmm.default and smaller(args)),
+        "saves-nothing": by(lambda op, args: False),
+        "all-matmuls": by(lambda op, args: op in matmul),
+        "larger-outputs": by(lambda op, args: op in matmul and not smaller(args)),
+        "saves-pointwise": by(lambda op, args: op not in matmul),
+    }
+
+
+POLICY_HINTS = {
+    "saves-nothing": "recomputing every matmul fits the budget but doubles the forward's FLOPs: some matmul outputs "
+    "do fit, save those.",
+    "all-matmuls": "every matmul output is 4 budgets' worth of bytes: choose which matmuls to save.",
+    "larger-outputs": "`up`'s output (tokens × 4·width) is four times `down`'s (tokens × width) for the same FLOPs: "
+    "per byte, saving `down` buys four times as much.",
+    "addmm-only": "a Linear without bias runs `aten.mm`, not `aten.addmm`: this stack has both kinds.",
+    "saves-pointwise": "pointwise outputs are large and cheap to recompute; the matmuls are what costs FLOPs.",
+}
+
+
+def _exercise_error_in(exc: BaseException) -> ExerciseError | None:
+    """The ExerciseError a learner's policy raised, however deep torch's tracing wrapped it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ExerciseError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _measure_policy(policy, case) -> tuple[int, int, int]:
+    """(saved bytes by the hooks, recomputed matmul FLOPs, budget) of a compiled stack under ``policy``."""
+    tokens, width, depth, bias = case
+    model, x = policy_case(*case)
+    compiled, recording = compile_recorded(lambda batch: with_policy(model, policy)(batch).square().mean())
+    with quiet():
+        compiled(x).backward()
+        with SavedBytes(exclude=[*model.parameters(), x]) as saved:
+            compiled(x)
+    budget = int(BUDGET_SHARE * all_matmul_bytes(tokens, width, depth))
+    return saved.total, read_partition(recording).recomputed_flops, budget
+
+
+def check_checkpoint_policy(policy) -> None:
+    """Check a selective-checkpoint ``policy(ctx, op, *args, **kwargs)`` on three MLP stacks.
+
+    >>> def answer(ctx, op, *args, **kwargs):
+    ...     matmul = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    ...     small = matmul and args[-1].shape[-1] < args[-2].shape[-1]
+    ...     return CheckpointPolicy.MUST_SAVE if small else CheckpointPolicy.PREFER_RECOMPUTE
+    >>> check_checkpoint_policy(answer)
+    ✓ policy keeps 3 compiled stacks within a quarter of their matmul bytes, recomputing the fewest FLOPs
+    """
+    torch.compiler.reset()
+    learner = LearnerCall(policy, "policy", frozen_inputs=False)
+    for case in POLICY_CASES:
+        tokens, width, depth, bias = case
+        label = f"{depth} block(s) of width {width}, {tokens} tokens, {'with' if bias else 'without'} bias"
+
+        def checked(ctx, op, *args, label=label, **kwargs):
+            decision = learner.on(label)(ctx, op, *args, **kwargs)
+            if not isinstance(decision, CheckpointPolicy):
+                raise ExerciseError(
+                    "type",
+                    f"`policy` returned {decision!r} for {op} ({label}); it must return a CheckpointPolicy.",
+                    hint="return CheckpointPolicy.MUST_SAVE or CheckpointPolicy.PREFER_RECOMPUTE.",
+                )
+            return decision
+
+        try:
+            saved, flops, budget = _measure_policy(checked, case)
+        except Exception as exc:  # raised inside torch while it traced the policy
+            inner = _exercise_error_in(exc)
+            if inner is not None:
+                raise inner from None
+            raise ExerciseError(
+                "raised",
+                f"compiling the stack with `policy` raised {type(exc).__name__} for {label}: {str(exc).splitlines()[0]}",
+                hint="return a `torch.utils.checkpoint.CheckpointPolicy` (MUST_SAVE or PREFER_RECOMPUTE) for every op.",
+            ) from None
+        least = least_recompute_flops(tokens, width, depth)
+        if saved <= budget and flops <= least:
+            continue
+        slip = next(
+            (name for name, wrong in _policies().items() if _measure_policy(wrong, case)[:2] == (saved, flops)),
+            None,
+        )
+        over = saved > budget
+        raise ExerciseError(
+            "contract",
+            f"for {label}: `policy` keeps {saved} B (budget {budget} B) and recomputes {flops} matmul FLOPs "
+            f"(the fewest possible within the budget: {least}).",
+            detail="Over the budget." if over else "Within the budget, but more recomputation than needed.",
+            hint=POLICY_HINTS.get(slip) if slip else None,
+            mistake=slip or ("over-budget" if over else "too-much-recompute"),
+            measured={"saved": saved, "budget": budget, "flops": flops, "least": least},
+        )
+    passed(
+        f"policy keeps {len(POLICY_CASES)} compiled stacks within a quarter of their matmul bytes, recomputing the "
+        "fewest FLOPs"
+    )
