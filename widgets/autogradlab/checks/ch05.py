@@ -216,26 +216,22 @@ def _f64(*shape, gen, scale=1.0, shift=0.0):
 
 def _linear_cases() -> list[Case]:
     gen = seeded(50)
-    shapes = [(3, 4, 2), (5, 2, 3), (1, 3, 2), (4, 3, 1)]
-    cases = [
-        Case((_f64(n, d, gen=gen), _f64(d, e, gen=gen), _f64(e, gen=gen)), f"x {(n, d)}, W {(d, e)}, b {(e,)}")
-        for n, d, e in shapes
+    specs = [  # (N, D, E, transposed x, frozen inputs, what the label adds)
+        *((n, d, e, False, (), "") for n, d, e in [(3, 4, 2), (5, 2, 3), (1, 3, 2), (4, 3, 1)]),
+        (4, 3, 5, False, (0, 2), ", where only W requires grad"),
+        (6, 2, 3, False, (0,), ", x as data (no grad)"),
+        (5, 3, 4, True, (), ", a non-contiguous x (a transposed (3, 5) tensor)"),
     ]
-    args = (_f64(4, 3, gen=gen), _f64(3, 5, gen=gen), _f64(5, gen=gen))
-    cases.append(Case(args, "x (4, 3), W (3, 5), b (5,), where only W requires grad", {"frozen": (0, 2)}))
-    cases.append(
-        Case(
-            (_f64(6, 2, gen=gen), _f64(2, 3, gen=gen), _f64(3, gen=gen)),
-            "x (6, 2) as data (no grad), W (2, 3), b (3,)",
-            {"frozen": (0,)},
+    cases = []
+    for n, d, e, transposed, frozen, note in specs:
+        x = _f64(d, n, gen=gen).T if transposed else _f64(n, d, gen=gen)
+        cases.append(
+            Case(
+                (x, _f64(d, e, gen=gen), _f64(e, gen=gen)),
+                f"x {(n, d)}, W {(d, e)}, b {(e,)}{note}",
+                {"frozen": frozen},
+            )
         )
-    )
-    cases.append(
-        Case(
-            (_f64(3, 5, gen=gen).T, _f64(3, 4, gen=gen), _f64(4, gen=gen)),
-            "a non-contiguous x (a transposed (3, 5) tensor), W (3, 4), b (4,)",
-        )
-    )
     return cases
 
 

@@ -296,20 +296,12 @@ IDENTITY_HINT = "`p in some_list` compares tensors by value (element-wise ==). C
 
 
 def _names(result, label: str) -> tuple[list[str], list[str]]:
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise ExerciseError(
-            "type",
-            f"`optimizer_coverage` should return a pair (missing, frozen_inside) of lists of names; got {type(result).__name__} for {label}.",
-            mistake="not-a-pair",
-        )
-    if any(isinstance(part, torch.Tensor) or not isinstance(part, (list, tuple, set)) for part in result):
-        raise ExerciseError("type", "each part of the result should be a list of parameter names.", mistake="not-lists")
-    if any(isinstance(x, torch.Tensor) for part in result for x in part):
-        raise ExerciseError(
-            "type",
-            "return the parameter *names* (from model.named_parameters()), not the Parameter tensors.",
-            mistake="tensors-not-names",
-        )
+    pair = isinstance(result, (tuple, list)) and len(result) == 2
+    lists = pair and all(isinstance(part, (list, tuple, set)) for part in result)
+    if not lists or any(isinstance(x, torch.Tensor) for part in result for x in part):
+        mistake = "tensors-not-names" if lists else "not-a-pair"
+        summary = f"`optimizer_coverage` should return a pair (missing, frozen_inside) of lists of parameter *names* (from model.named_parameters()); got {type(result).__name__} for {label}."
+        raise ExerciseError("type", summary, mistake=mistake)
     return sorted(map(str, result[0])), sorted(map(str, result[1]))
 
 
@@ -322,19 +314,18 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
     hints = {"ambiguous_bool": IDENTITY_HINT, "size_mismatch": IDENTITY_HINT}
     learner = LearnerCall(optimizer_coverage, "optimizer_coverage", COURSE_OFF, hints)
     scenarios = list(coverage_scenarios())
+    layout = lambda model, optimizer: (
+        [p.requires_grad for p in model.parameters()],
+        [[id(p) for p in g["params"]] for g in optimizer.param_groups],
+    )
     for label, model, optimizer in scenarios:
-        layout = (
-            [p.requires_grad for p in model.parameters()],
-            [[id(p) for p in g["params"]] for g in optimizer.param_groups],
-        )
+        before = layout(model, optimizer)
         got = _names(learner.on(label)(model, optimizer), label)
-        if layout != (
-            [p.requires_grad for p in model.parameters()],
-            [[id(p) for p in g["params"]] for g in optimizer.param_groups],
-        ):
+        if layout(model, optimizer) != before:
+            summary = f"`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a param group's members)."
             raise ExerciseError(
                 "contract",
-                f"`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a param group's members).",
+                summary,
                 hint="it should only look: report the problems, do not fix them.",
                 mistake="changed-model",
             )
@@ -537,7 +528,8 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
             run = resume_setup(0)
             torch.manual_seed(2024)  # the same Dropout masks in both
             resume_train(*run, epochs=epochs)
-            expected = _flat(run[0]) if epochs == 4 else expected
+            if epochs == 4:
+                expected = _flat(run[0])
         at_save = {"params": _flat(run[0]).clone(), "rng": torch.get_rng_state(), "lr": run[2].get_last_lr()[0]}
         at_save.update(optimizer=_optimizer_tensors(run[1]), loader=run[3].generator.get_state())
         checkpoint = save.on(label)(*run)
