@@ -17,7 +17,7 @@ from autogradlab.graph.model import Graph
 from autogradlab.graph.nogc import paused_gc
 from autogradlab.render.layout import Layout, layered_layout
 from autogradlab.render.scene import MAX_NODES, Scene, build_scene
-from autogradlab.render.svg import write_svg
+from autogradlab.render.svg import as_img, write_svg
 
 DIRECTIONS = ("backward", "forward")
 
@@ -89,8 +89,13 @@ def to_digraph(graph: Graph, **options):
     return build(graph, **options)
 
 
+def to_html(graph: Graph) -> str:
+    """``graph`` as an HTML ``<img>`` of its SVG: what untrusted JupyterLab shows (it renders no SVG output)."""
+    return as_img(to_svg(graph), alt=repr(graph))
+
+
 def _register_svg_formatter() -> None:
-    """Let IPython draw a :class:`Graph` as the last expression of a cell.
+    """Let IPython draw a :class:`Graph` as the last expression of a cell (as SVG, and as HTML for untrusted notebooks).
 
     Registered here, not in the graph layer: capture knows nothing of drawing. Any
     notebook that imports a view or this module gets the picture; without it a Graph
@@ -103,8 +108,18 @@ def _register_svg_formatter() -> None:
     shell = get_ipython()
     if shell is not None:
         shell.display_formatter.formatters["image/svg+xml"].for_type(Graph, to_svg)
+        shell.display_formatter.formatters["text/html"].for_type(Graph, to_html)
 
 
 _register_svg_formatter()
 
-__all__ = ["to_svg", "to_digraph", "dot_available", "build_scene", "layout_scene", "layered_layout", "MAX_NODES"]
+__all__ = [
+    "to_svg",
+    "to_html",
+    "to_digraph",
+    "dot_available",
+    "build_scene",
+    "layout_scene",
+    "layered_layout",
+    "MAX_NODES",
+]

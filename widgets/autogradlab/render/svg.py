@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import html
+
 from autogradlab.render import style
 from autogradlab.render.layout import Layout
 from autogradlab.render.scene import Box, Scene
@@ -151,3 +154,20 @@ def write_svg(scene: Scene, layout: Layout, *, direction: str = "backward", lege
         _box(box, cx, top, out)
     out.append("</g></svg>")
     return "".join(out)
+
+
+def as_img(svg: str, alt: str = "") -> str:
+    """An HTML ``<img>`` showing ``svg`` from a ``data:`` URI: drawn by every renderer and kept by HTML sanitizers.
+
+    Untrusted JupyterLab (every fresh clone) strips inline ``<svg>`` from HTML, leaving its text as a run-on
+    dump, and does not render ``image/svg+xml`` outputs at all; it keeps this image.
+
+    >>> as_img("<svg width='4' height='2'></svg>", alt="a <box>")[:60]
+    '<img src="data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDov'
+    >>> 'alt="a &lt;box&gt;"' in as_img("<svg></svg>", alt="a <box>")
+    True
+    """
+    if "xmlns=" not in svg.split(">", 1)[0]:  # an SVG document loaded as an image needs its namespace
+        svg = svg.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(alt)}" style="max-width:100%;height:auto">'

@@ -10,7 +10,7 @@ Why images and not inline SVG: JupyterLab renders the HTML of an untrusted noteb
 fresh clone) through its sanitizer, which drops ``<svg>`` elements and leaves their text as a
 run-on dump, and it does not render ``image/svg+xml`` outputs of untrusted notebooks at all; an
 ``<img>`` with a ``data:`` source passes the sanitizer. A :class:`~autogradlab.graph.Graph`
-shown as a cell's value gets the same picture (:func:`register_graph_html`).
+shown as a cell's value gets the same picture (``autogradlab.render`` registers it).
 
 A view opts in with one line, the mixin first among its bases::
 
@@ -35,6 +35,8 @@ import re
 
 import ipywidgets as w
 
+from autogradlab.render.svg import as_img
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 STATIC_CLASS = "autogradlab-static"  # the wrapper's class: tests and site styles find it by this
 NOTE_CLASS = "autogradlab-static-note"  # the "run the cell" line: the site hides it (nothing runs there)
@@ -42,22 +44,8 @@ NOTE = "A saved picture of this view: run the cell to use its controls."
 _SVG_TAG = re.compile(r"<(/?)svg\b[^>]*?(/?)>", re.I)
 
 
-def svg_img(svg: str, alt: str = "") -> str:
-    """An ``<img>`` showing ``svg`` from a ``data:`` URI: drawn by every renderer, kept by HTML sanitizers.
-
-    >>> svg_img("<svg width='4' height='2'></svg>", alt="a <box>")[:60]
-    '<img src="data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDov'
-    >>> 'alt="a &lt;box&gt;"' in svg_img("<svg></svg>", alt="a <box>")
-    True
-    """
-    if "xmlns=" not in svg.split(">", 1)[0]:  # an SVG document loaded as an image needs its namespace
-        svg = svg.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(alt)}" style="max-width:100%;height:auto">'
-
-
 def svgs_as_images(fragment: str, alt: str = "") -> str:
-    """``fragment`` (HTML) with each top-level ``<svg>…</svg>`` replaced by :func:`svg_img`.
+    """``fragment`` (HTML) with each top-level ``<svg>…</svg>`` replaced by :func:`~autogradlab.render.svg.as_img`.
 
     >>> page = svgs_as_images("<b>chart</b><svg><g><svg></svg></g></svg>!")
     >>> page.count("<img"), page.startswith("<b>chart</b><img"), page.endswith(">!")
@@ -71,12 +59,12 @@ def svgs_as_images(fragment: str, alt: str = "") -> str:
                 start = tag.start()
             depth += 0 if self_closing else 1
             if self_closing and depth == 0:
-                out += [fragment[last:start], svg_img(tag.group(0), alt)]
+                out += [fragment[last:start], as_img(tag.group(0), alt)]
                 last = tag.end()
         elif depth:
             depth -= 1
             if depth == 0:
-                out += [fragment[last:start], svg_img(fragment[start : tag.end()], alt)]
+                out += [fragment[last:start], as_img(fragment[start : tag.end()], alt)]
                 last = tag.end()
     return "".join(out) + fragment[last:]
 
@@ -170,7 +158,7 @@ def _part(widget, alt: str) -> str:
 def _output(output: dict, alt: str) -> str:
     data = output.get("data", {})
     if "image/svg+xml" in data:
-        return svg_img(data["image/svg+xml"], alt)
+        return as_img(data["image/svg+xml"], alt)
     if "image/png" in data:
         return f'<img src="data:image/png;base64,{data["image/png"]}" alt="{html.escape(alt)}">'
     if "text/html" in data:
@@ -198,29 +186,3 @@ class StaticFallback:
 
             display(self._repr_mimebundle_(), raw=True)
             self._handle_displayed(**kwargs)
-
-
-def graph_html(graph) -> str:
-    """A captured graph as an ``<img>`` (its SVG), for the ``text/html`` entry of its output."""
-    from autogradlab.render import to_svg
-
-    return svg_img(to_svg(graph), alt=repr(graph))
-
-
-def register_graph_html() -> None:
-    """Let IPython add :func:`graph_html` to a Graph's output (next to the ``image/svg+xml`` that render registers).
-
-    Done on import of any view: every chapter that shows a graph imports GraphView.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:  # plain Python: nothing to register
-        return
-    shell = get_ipython()
-    if shell is not None:
-        from autogradlab.graph import Graph
-
-        shell.display_formatter.formatters["text/html"].for_type(Graph, graph_html)
-
-
-register_graph_html()
