@@ -399,3 +399,24 @@ def test_building_a_course_dataclass_is_not_a_course_call():
     from autogradlab.graph.saved_bytes import Stored
 
     LearnerCall(lambda: Stored(4), "build", OffLimits(course=("autogradlab.graph",)))()
+
+
+def test_a_hook_torch_calls_inside_the_learners_line_is_not_a_course_call():
+    x = torch.ones(2, requires_grad=True)
+    counted = []
+
+    def unpack(t):  # stands in for a course hook: only torch calls it
+        counted.append(1)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        y = x.exp()
+    off = OffLimits(course=(__name__,))
+    LearnerCall(lambda: y.grad_fn(torch.ones(2)), "sweep", off)()
+    assert counted == [1]
+    with pytest.raises(ExerciseError) as info:
+        LearnerCall(lambda: unpack(x), "direct", off)()
+    assert info.value.kind == "off-limits"
+    alias = unpack
+    with pytest.raises(ExerciseError):
+        LearnerCall(lambda: alias(x), "aliased", off)()

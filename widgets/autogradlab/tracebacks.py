@@ -18,6 +18,7 @@ Two jobs that the checkers, the line-by-line stepper and the doctor share:
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sysconfig
@@ -60,10 +61,12 @@ def is_library(filename: str) -> bool:
 
 
 def learner_call(frame) -> str | None:
-    """``module.qualname`` of the function ``frame`` runs, when the learner's own code called it directly; else None.
+    """``module.qualname`` of the function ``frame`` runs, when the learner's own code called it by name; else None.
 
-    ``sys.setprofile`` callbacks use it: a call the package makes to itself, or torch makes on the
-    learner's behalf (a module's forward, a hook), is not the learner's.
+    ``sys.setprofile`` callbacks use it. Not the learner's: a call the package makes to itself, one
+    torch's Python code makes on the learner's behalf (a module's forward), and a callback torch's C++
+    code makes while the learner's line runs (a saved-tensor hook inside ``node(*grads)``): the
+    function is then not named on the learner's calling line (by its name, or by a name bound to it).
 
     >>> import sys
     >>> def probe():
@@ -72,9 +75,30 @@ def learner_call(frame) -> str | None:
     'autogradlab.tracebacks.probe'
     """
     caller = frame.f_back
-    if caller is None or is_library(caller.f_code.co_filename):
+    if caller is None or is_library(caller.f_code.co_filename) or not _named_on_line(caller, frame.f_code):
         return None
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
+
+
+def _named_on_line(caller, code) -> bool:
+    """Whether the call ``caller`` is making names the function of ``code`` (unknown source: assume it does)."""
+    positions = list(caller.f_code.co_positions())
+    index = caller.f_lasti // 2
+    if not 0 <= index < len(positions) or positions[index][0] is None:
+        return True
+    first, last = positions[index][0], positions[index][1] or positions[index][0]
+    text = "".join(linecache.getline(caller.f_code.co_filename, n) for n in range(first, last + 1))
+    if not text:
+        return True
+    names = set(re.findall(r"[A-Za-z_]\w*", text))
+    if code.co_name in names:
+        return True
+    for name in names:
+        value = caller.f_locals.get(name, caller.f_globals.get(name))
+        value = getattr(value, "__func__", value)
+        if getattr(value, "__code__", None) is code:
+            return True
+    return False
 
 
 def learner_frames(frames: Iterable[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
