@@ -30,7 +30,7 @@ from autogradlab.checks.core import (
     Mistake,
     OffLimits,
     Routine,
-    _autograd_routines,
+    autograd_routines,
     check_function,
     compare,
     passed,
@@ -451,7 +451,7 @@ HVP_MISTAKES = tuple(
 )
 
 _HVP_SHORTCUTS = OffLimits(
-    routines=tuple(r for r in _autograd_routines() if r.attr not in ("backward", "grad")),
+    routines=tuple(r for r in autograd_routines() if r.attr not in ("backward", "grad")),
     why="this exercise asks for two reverse passes of torch.autograd.grad (or backward): torch.func and "
     "torch.autograd.functional do it for you.",
 )

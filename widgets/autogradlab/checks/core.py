@@ -166,7 +166,7 @@ class OffLimits:
         """
         used: list[str] = []
         with contextlib.ExitStack() as stack:
-            targets = [*(_autograd_routines() if self.autograd else ()), *self.routines]
+            targets = [*(autograd_routines() if self.autograd else ()), *self.routines]
             for routine in targets:
                 stack.enter_context(mock.patch.object(routine.owner, routine.attr, _refuser(routine.shown, used)))
             if self.autograd:
@@ -218,7 +218,7 @@ class _EngineStandIn:
         return getattr(self._real, name)
 
 
-def _autograd_routines() -> tuple[Routine, ...]:
+def autograd_routines() -> tuple[Routine, ...]:
     """What a learner may reach for instead of deriving.
 
     Tensor.backward calls ``torch.autograd.backward``; every ``torch.func`` transform enters
@@ -445,6 +445,15 @@ class Mistake:
     id: str
     hint: str
     compute: Callable[..., Any] | None = None
+
+
+def mistakes(hints: Mapping[str, str], computes: Mapping[str, Callable[..., Any]]) -> tuple[Mistake, ...]:
+    """One :class:`Mistake` per id of ``computes`` (id -> wrong formula), its hint from ``hints`` (id -> text).
+
+    >>> [m.id for m in mistakes({"half": "the 2 is missing"}, {"half": lambda x: x})]
+    ['half']
+    """
+    return tuple(Mistake(key, hints[key], compute) for key, compute in computes.items())
 
 
 # Values compared for "the same": (rtol, atol) per dtype. Looser than torch.testing's defaults for
@@ -777,5 +786,5 @@ def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_auto
 
 
 def _autograd_entry_points() -> tuple:
-    """LEGACY: ``(owner, attr, shown)`` tuples of :func:`_autograd_routines`."""
-    return tuple((r.owner, r.attr, r.shown) for r in _autograd_routines())
+    """LEGACY: ``(owner, attr, shown)`` tuples of :func:`autograd_routines`."""
+    return tuple((r.owner, r.attr, r.shown) for r in autograd_routines())
