@@ -140,5 +140,6 @@ execute: $(VENV)/.installed-runtime
 	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=300 $(NB)
 	$(BIN)/python -m autogradlab.release
 
+# The environments and build outputs; never the learner's my-chapters/.
 clean:
 	rm -rf $(VENV) $(GRADER) $(COMPAT) $(SITE_VENV) $(LOCAL) test-artifacts build
