@@ -46,8 +46,8 @@ BROKEN = {
     "ctx-attribute": "The forward of `{name}` stored tensors as ctx attributes ({shown}) for {label}.",
     "saves-too-much": "The forward of `{name}` saved {shown} for {label}; its backward needs fewer.",
     "arity": "The backward of `{name}` returned {shown} for {label}.",
-    "ignores-needs-input-grad": "The backward of `{name}` computed a gradient for `{shown}` for {label}, an input that does not require grad.",
-    "none-gradient": "The backward of `{name}` returned None for `{shown}` for {label}, but that input requires grad.",
+    "ignores-needs-input-grad": "The backward of `{name}` computed a gradient for `{shown}`, an input that does not require grad ({label}).",
+    "none-gradient": "The backward of `{name}` returned None for `{shown}`, an input that requires grad ({label}).",
 }
 BROKEN_HINTS = {
     "not-a-function-class": "pass the class itself, `{name}`, not an instance or a plain function.",
@@ -119,7 +119,7 @@ def _backward(cls, out, v, leaves, frozen, names, name: str, label: str, hints: 
         if i in frozen and g is not None:
             raise broken("ignores-needs-input-grad", name, label, names[i])
         if g is None and isinstance(leaves[i], torch.Tensor) and leaves[i].requires_grad:
-            raise broken("none-gradient", name, label, f"{names[i]}` (input {i})")
+            raise broken("none-gradient", name, label, names[i])
     return grads
 
 
