@@ -9,6 +9,8 @@ tests/test_first_open.py checks the result in a real JupyterLab.
 from __future__ import annotations
 
 import base64
+import importlib
+import pkgutil
 import re
 
 import ipywidgets as w
@@ -19,6 +21,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from nbconvert import HTMLExporter
 
 import autogradlab.render as render
+import autogradlab.views
 from autogradlab.graph import capture
 from autogradlab.render import to_svg
 from autogradlab.views import AccumulationLab, GraphView, LossScaleLab, TrainStepInspector, VJPExplorer
@@ -32,7 +35,22 @@ from autogradlab.views.static import (
 )
 from autogradlab.views.tangent import TangentExplorer
 
-VIEWS = [TangentExplorer, GraphView, VJPExplorer, TrainStepInspector, AccumulationLab, LossScaleLab]
+VIEWS = [TangentExplorer, GraphView, VJPExplorer, TrainStepInspector, AccumulationLab, LossScaleLab]  # quick to build
+
+
+def _every_view() -> list[type]:
+    """Every widget class the views package defines (a new view is found without being listed here)."""
+    found = []
+    for info in pkgutil.iter_modules(autogradlab.views.__path__):
+        module = importlib.import_module(f"autogradlab.views.{info.name}")
+        found += [
+            c
+            for c in vars(module).values()
+            if isinstance(c, type) and issubclass(c, w.Box) and c.__module__ == module.__name__
+        ]
+    return found
+
+
 IMAGE = re.compile(r'<img\b[^>]*\bsrc="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
 
 
@@ -48,7 +66,7 @@ def _text(page: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", page).split())
 
 
-@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("view", _every_view(), ids=lambda c: c.__name__)
 def test_every_view_carries_a_static_picture(view):
     assert issubclass(view, StaticFallback) and view.__mro__[1] is StaticFallback
 
