@@ -6,7 +6,9 @@
 * :mod:`~autogradlab.models.compiled.partition`: what a compiled forward saves and its backward
   recomputes (:func:`read_partition`), FLOPs read from the graphs;
 * :mod:`~autogradlab.models.compiled.course_models`: the chapter's models and selective-checkpoint policies;
-* :mod:`~autogradlab.models.compiled.side_by_side`: eager vs compiled for a model, cached (:func:`compare`).
+* :mod:`~autogradlab.models.compiled.side_by_side`: eager vs compiled for a model, cached (:func:`compare`);
+* :mod:`~autogradlab.models.compiled.tools`: earlier chapters' debugging tools on compiled code;
+* :mod:`~autogradlab.models.compiled.exercises`: the material of the chapter's exercises.
 
 >>> import torch
 >>> f, rec = compile_recorded(lambda x: (x * 2).sum(), partition="default")
@@ -44,6 +46,7 @@ from autogradlab.models.compiled.record import (
     recording_backend,
 )
 from autogradlab.models.compiled.side_by_side import OPTIONS, Comparison, EagerSaved, compare, eager_side
+from autogradlab.models.compiled.tools import anomaly_report
 
 __all__ = [
     "MATMULS",
@@ -58,6 +61,7 @@ __all__ = [
     "Partition",
     "Recording",
     "SavedValue",
+    "anomaly_report",
     "base_of",
     "build",
     "compare",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,7 @@ def recording_backend(partition: str | None = "min-cut", decompose: bool = True)
 
         return compiler
 
-    def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    def recorder(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
         recording.dynamo.append(graph)
         if partition is None:
             return graph.forward
@@ -77,7 +78,7 @@ def recording_backend(partition: str | None = "min-cut", decompose: bool = True)
             decompositions=inductor_decompositions() if decompose else None,
         )
 
-    return backend, recording
+    return recorder, recording
 
 
 def compile_recorded(
@@ -95,15 +96,17 @@ def compile_recorded(
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Hold back the compiler's log warnings (graph breaks, recompiles) while the block runs.
+    """Hold back the compiler's log warnings (graph breaks, recompiles) and Python warnings while the block runs.
 
-    They are written to the log with a time stamp and a process id, so a notebook's output would
-    change from run to run; the chapter reads the same information as data instead
+    The log lines carry a time stamp and a process id, the warnings file paths, so a notebook's output
+    would change from run to run; the chapter reads the same information as data instead
     (:func:`autogradlab.models.compiled.breaks.graph_breaks`).
     """
     logging.disable(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         logging.disable(logging.NOTSET)
 
