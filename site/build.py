@@ -5,7 +5,8 @@ stored output is there, chapters 00 and 06's views included) with the site's tem
 (site/templates/course):
 
 - Predict answers folded: the output of each cell tagged ``answers-prediction`` opens on a click;
-  solutions collapsed: each exercise's solution cell opens on a click (hidden tests are dropped).
+  solutions collapsed: each exercise's solution cell opens on a click (hidden tests are dropped);
+  ``--no-solutions`` shows the learner's stubs instead (a class whose exercises are graded).
 - Every view drawn as the picture its output carries (``autogradlab.views.static``): the widget
   entry and the notebook's widget state are left out, so nothing pretends to be live.
 - A header on every page with search (an index of every section, ``assets/search-index.js``,
@@ -56,7 +57,7 @@ window.MathJax = {{
 </script>
 <script src="{ASSETS}/tex-svg-full.js" defer></script>"""
 
-INTRO = """<p class="agl-intro">This page shows the chapter as it was last run, its solutions folded.
+INTRO = """<p class="agl-intro">This page shows the chapter as it was last run{folded}.
 Views are saved pictures and nothing runs here: to run the code and move the controls, open the
 chapter in Binder, Colab or Kaggle, or download it.</p>"""
 
@@ -90,16 +91,25 @@ def chapter_title(nb) -> tuple[str, str, str]:
     return title, question.group(1) if question else "", minutes.group(1) if minutes else ""
 
 
-def site_notebook(path: Path) -> nbformat.NotebookNode:
-    """The site's copy of a solutions notebook: views as their pictures, solution markers and hidden tests gone."""
+def site_notebook(path: Path, student: Path | None = None) -> nbformat.NotebookNode:
+    """The site's copy of a solutions notebook: views as their pictures, solution markers and hidden tests gone.
+
+    With ``student`` (the chapter's student notebook) each solution cell is the learner's stub instead and
+    the checks' outputs are cleared: a site for a class whose exercises are graded.
+    """
     nb = nbformat.read(path, as_version=4)
+    stubs = {c.id: c for c in nbformat.read(student, as_version=4).cells} if student else {}
     nb.metadata.pop("widgets", None)
     # "ipython" is the IPython lexer's alias in ipython_pygments_lexers; nbconvert's own "ipython3" path
     # imports IPython itself (not in this venv) and warns on every build.
     nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython"
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
+    for i, cell in enumerate(nb.cells):
+        grader = cell.metadata.get("nbgrader", {})
+        if grader.get("solution"):
+            cell = nb.cells[i] = stubs[cell.id] if student else cell
             cell.source = SOLUTION_MARKS.sub("", HIDDEN_TESTS.sub("", cell.source))
+        if student and (grader.get("solution") or grader.get("grade")) and cell.cell_type == "code":
+            cell.outputs = []
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if WIDGET_VIEW in data:
@@ -193,9 +203,13 @@ def sidebar(chapters: list[dict], current: str | None, sections: list[dict]) -> 
     return f'<nav class="agl-toc" aria-label="Table of contents"><ul>{"".join(items)}</ul></nav>'
 
 
-def render_chapter(nb, name: str, exporter: HTMLExporter, chapters: list[dict]) -> tuple[str, list[dict]]:
+def render_chapter(
+    nb, name: str, exporter: HTMLExporter, chapters: list[dict], solutions: bool = True
+) -> tuple[str, list[dict]]:
     """The chapter's page and its sections (for the search index)."""
-    site = {"assets": ASSETS, "mathjax": MATHJAX, "header": header(name), "sidebar": "<!--agl-toc-->", "intro": INTRO}
+    intro = INTRO.format(folded=", its solutions folded" if solutions else "")
+    site = {"assets": ASSETS, "mathjax": MATHJAX, "header": header(name), "sidebar": "<!--agl-toc-->", "intro": intro}
+    site["solutions"] = solutions
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": chapter_title(nb)[0]}, "site": site})
     sections = Sections.of(body)
     return body.replace("<!--agl-toc-->", sidebar(chapters, f"{Path(name).stem}.html", sections), 1), sections
@@ -235,22 +249,26 @@ machine (see the repository's README).</p>
 """
 
 
-def build(out: Path, solutions_dir: Path = ROOT / "solutions", chapters_dir: Path = ROOT / "chapters") -> list[Path]:
-    """Write the site into ``out``; return the pages written (index first)."""
+def build(
+    out: Path, solutions_dir: Path = ROOT / "solutions", chapters_dir: Path = ROOT / "chapters", solutions: bool = True
+) -> list[Path]:
+    """Write the site into ``out``; return the pages written (index first). ``solutions=False``: the learner's stubs."""
     out.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter(template_name="course", extra_template_basedirs=[str(Path(__file__).parent / "templates")])
     copy_assets(out, exporter)
     (out / NOTEBOOKS).mkdir(exist_ok=True)
     chapters = []
     for path in sorted(solutions_dir.glob("[0-9][0-9]_*.ipynb")):
-        nb = site_notebook(path)
+        nb = site_notebook(path, None if solutions else chapters_dir / path.name)
         title, question, minutes = chapter_title(nb)
         page = {"name": path.name, "page": f"{path.stem}.html", "title": title, "question": question}
         chapters.append(page | {"minutes": minutes, "nb": nb})
+        if not (chapters_dir / path.name).is_file():
+            raise SystemExit(f"site: {chapters_dir / path.name} is missing: run the release (make release)")
         shutil.copy(chapters_dir / path.name, out / NOTEBOOKS / path.name)  # the learner's copy, to download
     pages, index = [out / "index.html"], []
     for chapter in chapters:
-        body, sections = render_chapter(chapter.pop("nb"), chapter["name"], exporter, chapters)
+        body, sections = render_chapter(chapter.pop("nb"), chapter["name"], exporter, chapters, solutions)
         (out / chapter["page"]).write_text(body, encoding="utf-8")
         pages.append(out / chapter["page"])
         index += [
@@ -276,8 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "site")
     parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
     parser.add_argument("--chapters", type=Path, default=ROOT / "chapters")
+    parser.add_argument(
+        "--no-solutions", action="store_true", help="show the learner's stubs, not the solutions (graded classes)"
+    )
     args = parser.parse_args(argv)
-    pages = build(args.out, args.solutions, args.chapters)
+    pages = build(args.out, args.solutions, args.chapters, solutions=not args.no_solutions)
     print(f"site: {len(pages)} pages in {args.out} (open {args.out / 'index.html'})")
 
 

@@ -12,10 +12,12 @@ Skips with a reason when .venv-site, Chromium or Playwright is missing, unless R
 from __future__ import annotations
 
 import functools
+import html
 import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -154,6 +156,38 @@ def test_every_stored_view_is_its_saved_picture(site):
         assert WIDGET_VIEW not in page and "widget-state" not in page, f"{name}: a widget left for a manager to draw"
     for name in ("00_welcome", "06_training_step"):  # their views sit in Predict cells (folded)
         assert _stored(ROOT / "solutions" / f"{name}.ipynb")["views"] >= 1, name
+
+
+def test_a_site_without_solutions_shows_the_learners_stubs(tmp_path):
+    """``--no-solutions`` (a class whose exercises are graded): stubs in place of solutions, checks not run."""
+    source = next(p for p in SOLUTIONS if _stored(p)["solutions"])
+    (tmp_path / "solutions").mkdir()
+    shutil.copy(source, tmp_path / "solutions")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(SITE_PYTHON), "site/build.py", "--out", str(tmp_path / "site"), "--no-solutions"]
+        + ["--solutions", str(tmp_path / "solutions")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = (tmp_path / "site" / f"{source.stem}.html").read_text(encoding="utf-8")
+    nb = nbformat.read(source, as_version=4)
+    solved = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    hidden = [line.strip() for c in solved for line in c.source.split("### BEGIN SOLUTION", 1)[1].splitlines()[1:3]]
+    assert '<details class="agl-solution">' not in page and "NotImplementedError" in page
+    assert not any(html.escape(line) in page for line in hidden if len(line) > 20), "a solution line is on the page"
+    checked = [
+        o.get("text", "").splitlines()[0]
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+        for o in c.get("outputs", [])
+        if o.get("text")
+    ]
+    assert checked and not any(html.escape(line) in page for line in checked), "a check's output is on the page"
 
 
 # ------------------------------------------------------------------------------------------- browser
