@@ -62,6 +62,7 @@ PACKAGE_FILES := widgets/pyproject.toml $(shell find widgets/autogradlab -name '
 # Two stamps: a change to the package rebuilds only the wheel, not the whole environment.
 $(COMPAT)/.installed-requirements: requirements-compat.txt
 	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python tools/install_torch.py $(TORCH)
 	$(COMPAT)/bin/python -m pip install --quiet -r requirements-compat.txt
 	touch $@
 $(COMPAT)/.installed: $(COMPAT)/.installed-requirements $(PACKAGE_FILES)
