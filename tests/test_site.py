@@ -46,24 +46,24 @@ if MISSING and os.environ.get("REQUIRE_BROWSER") == "1":
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"site test skipped: {MISSING}")
 
 
+def build_site(out: Path, *args: str) -> str:
+    """Run `site/build.py --out OUT ARGS` in the site's venv (warnings shown); return what it printed on stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [str(SITE_PYTHON), "-W", "default", "site/build.py", "--out", str(out), *args]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stderr
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, str]:
-    """The site, built once: (its folder, what the build printed on stdout and stderr)."""
+    """The site, built once: (its folder, what the build printed on stderr)."""
     out = tmp_path_factory.mktemp("site")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     start = time.monotonic()
-    done = subprocess.run(
-        [str(SITE_PYTHON), "-W", "default", "site/build.py", "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    stderr = build_site(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"\nsite: built in {time.monotonic() - start:.1f} s, {size / 2**20:.1f} MiB")
-    return out, done.stderr
+    return out, stderr
 
 
 @pytest.fixture(scope="module")
@@ -163,17 +163,7 @@ def test_a_site_without_solutions_shows_the_learners_stubs(tmp_path):
     source = next(p for p in SOLUTIONS if _stored(p)["solutions"])
     (tmp_path / "solutions").mkdir()
     shutil.copy(source, tmp_path / "solutions")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [str(SITE_PYTHON), "site/build.py", "--out", str(tmp_path / "site"), "--no-solutions"]
-        + ["--solutions", str(tmp_path / "solutions")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    build_site(tmp_path / "site", "--no-solutions", "--solutions", str(tmp_path / "solutions"))
     page = (tmp_path / "site" / f"{source.stem}.html").read_text(encoding="utf-8")
     nb = nbformat.read(source, as_version=4)
     solved = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
