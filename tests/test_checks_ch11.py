@@ -52,25 +52,10 @@ def by_walking_views(forward, backward):
     return sum(b.meta["val"].numel() * b.meta["val"].element_size() for b in bases)
 
 
-@pytest.mark.parametrize(
-    "answer", [by_saved_values, by_walking_views, lambda f, b: torch.tensor(by_walking_views(f, b))]
-)
-def test_right_saved_bytes_pass(answer, capsys):
-    check_saved_bytes(answer)
-    assert capsys.readouterr().out.startswith("✓")
-
-
-@pytest.mark.parametrize("mistake", SAVED_MISTAKES, ids=lambda m: m.id)
-def test_wrong_saved_bytes_are_named(mistake):
-    error = rejected(lambda: check_saved_bytes(mistake.compute))
-    assert (error.kind, error.mistake) == ("value", mistake.id)
-    assert error.hint is not None
-
-
 def test_saved_bytes_must_be_a_number():
     error = rejected(lambda: check_saved_bytes(lambda f, b: [1, 2]))
     assert error.kind == "type"
-    assert rejected(lambda: check_saved_bytes(lambda f, b: 1 / 0)).mistake == "ZeroDivisionError" or True
+    assert rejected(lambda: check_saved_bytes(lambda f, b: 1 / 0)).kind == "raised"
 
 
 # --------------------------------------------------------------------------- exercise 2
@@ -86,18 +71,6 @@ def with_a_factor(model, x, y):
     out = torch.clamp(model(x), min=-10.0, max=10.0)
     loss = ((out - y) ** 2).mean()
     return loss * torch.where(loss.detach() > 1, 1 / loss.detach(), torch.ones_like(loss))
-
-
-@pytest.mark.parametrize("answer", [with_where, with_a_factor])
-def test_right_steps_pass(answer, capsys):
-    check_step_without_breaks(answer)
-    assert capsys.readouterr().out.startswith("✓")
-
-
-@pytest.mark.parametrize("mistake", STEP_MISTAKES, ids=lambda m: m.id)
-def test_steps_that_change_the_gradients_are_named(mistake):
-    error = rejected(lambda: check_step_without_breaks(mistake.compute))
-    assert (error.kind, error.mistake) == ("value", mistake.id) and error.hint
 
 
 def keeps_print(model, x, y):
@@ -158,12 +131,6 @@ def by_output_numel(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if out < inp.numel() else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-@pytest.mark.parametrize("answer", [smaller_output, by_output_numel])
-def test_right_policies_pass(answer, capsys):
-    check_checkpoint_policy(answer)
-    assert capsys.readouterr().out.startswith("✓")
-
-
 @pytest.mark.parametrize("name", list(_policies()))
 def test_wrong_policies_are_named(name):
     error = rejected(lambda: check_checkpoint_policy(_policies()[name]))
@@ -173,3 +140,42 @@ def test_wrong_policies_are_named(name):
 def test_a_policy_that_returns_a_bool_is_a_type_error():
     error = rejected(lambda: check_checkpoint_policy(lambda ctx, op, *a, **k: True))
     assert error.kind == "type" and error.hint
+
+
+def test_the_chapter_shows_logged_step_as_the_package_defines_it():
+    import inspect
+    from pathlib import Path
+
+    import nbformat
+
+    from autogradlab.models.compiled.exercises import logged_step
+
+    notebook = Path(__file__).resolve().parent.parent / "solutions" / "11_compile.ipynb"
+    prose = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown")
+    assert inspect.getsource(logged_step).rstrip() in prose
+
+
+RIGHT = [
+    (check_saved_bytes, by_saved_values),
+    (check_saved_bytes, by_walking_views),
+    (check_saved_bytes, lambda f, b: torch.tensor(by_walking_views(f, b))),
+    (check_step_without_breaks, with_where),
+    (check_step_without_breaks, with_a_factor),
+    (check_checkpoint_policy, smaller_output),
+    (check_checkpoint_policy, by_output_numel),
+]
+
+
+@pytest.mark.parametrize(("checker", "answer"), RIGHT, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(RIGHT)])
+def test_right_answers_pass(checker, answer, capsys):
+    checker(answer)
+    assert capsys.readouterr().out.startswith("✓")
+
+
+WRONG = [(check_saved_bytes, m) for m in SAVED_MISTAKES] + [(check_step_without_breaks, m) for m in STEP_MISTAKES]
+
+
+@pytest.mark.parametrize(("checker", "mistake"), WRONG, ids=[m.id for _, m in WRONG])
+def test_wrong_values_are_named(checker, mistake):
+    error = rejected(lambda: checker(mistake.compute))
+    assert (error.kind, error.mistake) == ("value", mistake.id) and error.hint
