@@ -92,6 +92,20 @@ def _saved_bytes(forward, model: torch.nn.Module, x: torch.Tensor, mode: str) ->
     return saved.total
 
 
+def _break_even(first_call: float, eager: dict | None, fast: dict | None) -> int | None:
+    """Steps after which the first call has paid for itself, or None when the compiled step is not faster by
+    more than its own spread (median + IQR still below eager's median): a gain the timing cannot tell from noise.
+
+    >>> _break_even(1.0, {"median_s": 0.003}, {"median_s": 0.001, "iqr_s": 0.0005})
+    500
+    >>> _break_even(1.0, {"median_s": 0.003}, {"median_s": 0.002, "iqr_s": 0.002}) is None
+    True
+    """
+    if eager is None or fast is None or fast["median_s"] + fast["iqr_s"] >= eager["median_s"]:
+        return None
+    return round(first_call / (eager["median_s"] - fast["median_s"]))
+
+
 def compile_table(result) -> str:
     """Markdown table of a compile result (live or loaded from JSON)."""
     rec = result if isinstance(result, dict) else result.__dict__
@@ -121,7 +135,7 @@ def compile_table(result) -> str:
         f"{rec['backend']} ms",
         "IQR",
         "first call s",
-        "steps to pay off",
+        "steps to pay off (–: no gain beyond the spread)",
         "eager peak MiB",
         "compiled peak MiB",
         "eager saved MiB",
@@ -173,10 +187,7 @@ def run_compile(
                 "eager_saved_bytes": _saved_bytes(model, model, x, mode),
                 "compiled_saved_bytes": _saved_bytes(compiled, model, x, mode),
             }
-        saved_per_step = None if fast is None else (eager["median_s"] - fast["median_s"])
-        row["break_even_steps"] = (
-            round(first_call / saved_per_step) if saved_per_step and saved_per_step > 0 else None
-        )  # None: compiling never pays off at these sizes
+        row["break_even_steps"] = _break_even(first_call, eager, fast)
         result.rows.append(row)
     torch.compiler.reset()
     return result
