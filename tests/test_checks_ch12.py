@@ -100,7 +100,7 @@ WRONG = {
     ),
     "2 longer warm-up": (
         2,
-        [("    warmup_steps: int = 40", "    warmup_steps: int = 100")],
+        [("    warmup_steps: int = 10", "    warmup_steps: int = 40")],
         "not-fixed",
         "learning-rate",
     ),

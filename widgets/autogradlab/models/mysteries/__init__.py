@@ -9,7 +9,7 @@ text with the casebook's fix applied), which the checkers compare the learner's 
 
 >>> script = fixed(4)
 >>> script.Config().epochs, type(script.Trainer(script.Config()).optimizer).__name__
-(10, 'Adam')
+(6, 'Adam')
 """
 
 from __future__ import annotations

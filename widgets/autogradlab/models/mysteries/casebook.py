@@ -65,7 +65,7 @@ and it keeps the graph. Use `detach()` where you mean to cut a graph, and neithe
         "sensors",
         fix=(("lr = lr_factor(self.step_count", "lr = self.cfg.lr * lr_factor(self.step_count"),),
         ladder=(
-            "the loss improves for a few steps, then settles at the entropy of the class shares: the prediction "
+            "the loss jumps in the first steps, then settles at the entropy of the class shares: the prediction "
             "stopped depending on the input. Find out when, and what stopped moving.",
             "measure, step by step, the fraction of hidden ReLUs that output 0 for every training input, each "
             "layer's gradient norm and update ratio, and the learning rate the optimizer really used "
@@ -85,9 +85,11 @@ pre-activation negative on every input, the unit outputs 0 and passes no gradien
 Once every unit of the second layer is dead, the output is the last layer's bias, which learns the class shares:
 the loss settles at $H(\\hat p) \\approx 1.243$, the entropy of the shares (not $\\ln 4$).
 
-**The evidence.** The dead fraction of the second layer reaches 100 % during the warm-up; the first layers'
-gradients are then exactly zero; `optimizer.param_groups[0]["lr"]` reads 1.0 at the end of the warm-up. The
-doctor, run on the first three steps, sees nothing: the warm-up had only begun.
+**The evidence.** `optimizer.param_groups[0]["lr"]` reads 1.0 at the end of the warm-up (step 10); by then
+most of the second layer's ReLUs output 0 on every training input, and all of them by step 48, so the first
+layers' gradients are exactly zero. The doctor, on the first three steps, warns that one step rewrote a large
+part of the last layer's weight (`update-ratio-high`) and suggests a lower learning rate: right about the
+symptom, but lowering `cfg.lr` changes nothing, because nothing reads it after the optimizer is built.
 
 **The red herrings.** He initialisation, dropout, the class imbalance, `cfg.lr` itself (0.1 is a sound peak
 for this model: the fixed script learns with it).
@@ -126,9 +128,9 @@ window: a micro-batch of short sequences weighs as much as one of long sequences
 sequence counts several times more. The batch-32 run weighs every token by $1/N$. Several trainers shipped this
 bug until 2024 (Hugging Face transformers fixed it in 4.46).
 
-**The evidence.** The first window's accumulated gradient differs from the batch-32 gradient far beyond rounding;
-the micro-batches' token counts differ several-fold; the accumulated run's loss is higher from the start,
-because the short sequences here are the noisy ones and they got the extra weight.
+**The evidence.** The first window's accumulated gradient differs from the batch-32 gradient by 18 %, far beyond
+rounding; its four micro-batches hold from 77 to 146 real tokens; the accumulated run's loss is higher from the
+start, because the short sequences here are the noisy ones and they got the extra weight.
 
 **The red herrings.** The padding (`ignore_index` leaves it out correctly), `loss / accum_steps` (right when every
 micro-batch has the same weight), clipping after the window (right: it sees the whole window's gradient), the
@@ -143,8 +145,8 @@ $N$ is the count over all ranks (chapter 07).""",
         "rings",
         fix=(("return y.mul_(1.7159)  # in place: no second activation-sized tensor", "return y * 1.7159"),),
         ladder=(
-            "the loss falls for two epochs, then climbs far above ln 3 (the loss of a uniform guess) and "
-            "thrashes: the updates push the wrong way. Check whether the gradients are right.",
+            "the loss falls for three epochs, then climbs far above ln 3 (the loss of a uniform guess): the "
+            "updates push the wrong way. Check whether the gradients are right.",
             "compare the model's gradients on one batch with those of the same model built from plain torch ops "
             "(torch.tanh): `torch.autograd.gradcheck` tests a Function alone, but the bug may be in how it is used.",
             "the custom `Tanh` reads a tensor in backward that something changes after the forward: read what "

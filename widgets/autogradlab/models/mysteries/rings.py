@@ -26,9 +26,9 @@ class Config:
     n_train: int = 4096
     n_val: int = 1024
     batch_size: int = 128
-    epochs: int = 10
+    epochs: int = 6
     lr: float = 1e-2
-    lr_decay_epochs: int = 8  # multiply the learning rate by 0.1 from this epoch on
+    lr_decay_epochs: int = 5  # multiply the learning rate by 0.1 from this epoch on
     log_every: int = 32
 
 
@@ -133,10 +133,10 @@ class Trainer:
                 losses.append(self.train_step(batch).item())
                 if self.step_count % self.cfg.log_every == 0:
                     recent = losses[-self.cfg.log_every :]
-                    log(f"step {self.step_count:4d}  loss {sum(recent) / len(recent):.2f}")
+                    log(f"step {self.step_count:4d}  loss {sum(recent) / len(recent):.1f}")
             self.scheduler.step()
             val_loss, val_acc = self.evaluate()
-            log(f"epoch {epoch}: validation loss {val_loss:.2f}, accuracy {val_acc:.0%}")
+            log(f"epoch {epoch}: validation loss {val_loss:.1f}, accuracy {val_acc:.0%}")
         return losses
 
 

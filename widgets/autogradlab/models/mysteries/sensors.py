@@ -30,7 +30,7 @@ class Config:
     lr: float = 0.1  # the peak learning rate, reached at the end of the warm-up
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    warmup_steps: int = 40
+    warmup_steps: int = 10
     min_lr_ratio: float = 0.05
     dropout: float = 0.1
     log_every: int = 16
