@@ -1,12 +1,12 @@
 """Checkers for chapter 10 (debugging lab): overfit one batch, chart a batch's dependencies, and the lab's
-mysteries (this module's lab part is shared with chapter 12).
+mysteries (the lab part is shared with chapter 12).
 
 A mystery is judged by behaviour, never by its text (:mod:`autogradlab.models.mysteries.record`): the
 learner's file must reproduce the healthy reference's gradients and losses, and leave everything outside
 the bug as shipped (the data the model sees, the parameters it starts from, the optimizer, the learning
 rates, the loss scale). Hints escalate with failed attempts (the symptom, which tool, where), the last two
 only once :func:`note` holds a hypothesis and its evidence; :func:`doctor_view` opens then too, and
-:func:`debrief` after the check passed.
+:func:`debrief` once the check has passed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, passed
 from autogradlab.models.doctor import Report, diagnose
@@ -35,16 +34,18 @@ from autogradlab.models.four_checks import (
     overfit,
 )
 from autogradlab.models.mysteries import MYSTERIES, Recording, fixed, load, original, record
-from autogradlab.models.mysteries.record import KEEP_GRADS
+from autogradlab.models.mysteries.record import KEEP_GRADS, common_factor, first_difference
+
+_OWN_LOOP = OffLimits(
+    course=("autogradlab.models.four_checks",), why="write it yourself: the course's version is the checker's answer."
+)
 
 # --------------------------------------------------------------------------- exercise 1: overfit one batch
 
 
 def _overfit_slip(slip: str):
     def run(model, loss_fn, batch, steps=100, lr=1e-2):
-        copied = copy.deepcopy(model)
-        if slip != "eval-mode":
-            copied.train()
+        copied = copy.deepcopy(model).train(slip != "eval-mode")
         params = (model if slip == "optimizer-on-original" else copied).parameters()
         optimizer = torch.optim.SGD(params, lr=lr) if slip == "sgd" else torch.optim.Adam(params, lr=lr)
         losses = []
@@ -75,81 +76,67 @@ OVERFIT_MISTAKES = tuple(
         "no-zero-grad": "gradients accumulate across steps: clear them every step (optimizer.zero_grad()).",
         "new-optimizer": "a new Adam every step forgets its moments (and restarts its bias correction): build the "
         "optimizer once.",
-        "loss-after-update": "each loss should come from the step's own forward, before its update; you recorded it "
-        "after the update.",
+        "loss-after-update": "each loss should come from the step's own forward, before its update.",
         "sgd": "the losses match plain SGD: the contract asks for torch.optim.Adam(lr=lr).",
     }.items()
 )
 
+_CALLER = {  # the part of the caller's model a function changed -> hint
+    "parameters": "train a copy (copy.deepcopy(model)) and build the optimizer from its parameters (copy.copy shares "
+    "them).",
+    "grad": "the gradients belong to the copy: an optimizer on model.parameters() clears and steps the caller's.",
+    "buffers": "run the forward passes on the copy only (batch norm updates its statistics in training mode).",
+    "mode": "set the mode on the copy only.",
+}
 
-def _state(model: nn.Module) -> dict[str, Any]:
+
+def _state(model: torch.nn.Module) -> dict[str, list]:
+    params = list(model.parameters())
     return {
-        "parameters": {k: v.detach().clone() for k, v in model.named_parameters()},
-        ".grad": {k: None if v.grad is None else v.grad.clone() for k, v in model.named_parameters()},
-        "batch-norm statistics": {k: v.clone() for k, v in model.named_buffers()},
-        "mode (train/eval)": [m.training for m in model.modules()],
+        "parameters": [p.detach().clone() for p in params],
+        "grad": [None if p.grad is None else p.grad.clone() for p in params],
+        "buffers": [b.clone() for b in model.buffers()],
+        "mode": [m.training for m in model.modules()],
     }
 
 
-def _changed(before: dict[str, Any], model: nn.Module) -> str | None:
-    """The first part of the model's state that differs from ``before`` (exactly), or None."""
-    for part, values in _state(model).items():
-        if part == "mode (train/eval)":
-            if values != before[part]:
-                return part
-        elif any(
-            not (a is None and b is None) and (a is None or b is None or not torch.equal(a, b))
-            for a, b in zip(before[part].values(), values.values())
-        ):
-            return part
-    return None
+def _changed(before: dict[str, list], model: torch.nn.Module) -> str | None:
+    """The first part of the model's state that is not exactly as ``before``, or None."""
+
+    def same(a, b) -> bool:
+        return a is b if a is None or b is None else a == b if isinstance(a, bool) else torch.equal(a, b)
+
+    return next((part for part, now in _state(model).items() if not all(map(same, before[part], now))), None)
 
 
-_CALLER = {
-    "parameters": "train a copy (copy.deepcopy(model)), and build the optimizer from the copy's parameters "
-    "(copy.copy shares them).",
-    ".grad": "the gradients belong to the copy: an optimizer built from model.parameters() instead of the copy's "
-    "clears and steps the caller's.",
-    "batch-norm statistics": "run the forward passes on the copy only.",
-    "mode (train/eval)": "set the mode on the copy only.",
-}
+def _caller_error(part: str, name: str, label: str, hints: dict[str, str]) -> ExerciseError:
+    return ExerciseError(
+        "contract", f"`{name}` changed the model's {part} for {label}.", hint=hints[part], mistake=f"changed-{part}"
+    )
 
 
 def check_overfit_one_batch(overfit_one_batch) -> None:
     """Check ``overfit_one_batch(model, loss_fn, batch, steps, lr)`` against the exercise's contract."""
     name = "overfit_one_batch"
-    learner = LearnerCall(
-        overfit_one_batch,
-        name,
-        OffLimits(
-            course=("autogradlab.models.four_checks",),
-            why="write the loop yourself (the course's `overfit` is the checker's answer).",
-        ),
-    )
+    learner = LearnerCall(overfit_one_batch, name, _OWN_LOOP)
     cases = [(0, 8, "eval"), (1, 5, "train")]
     for seed, n, mode in cases:
         torch.manual_seed(seed)
-        model = SmallClassifier()
-        model.train(mode == "train")
+        model = SmallClassifier().train(mode == "train")
         x, y = clusters(n, seed=seed + 10)
         model(x).sum().backward()  # the caller's model holds gradients of its own
         label = f"a batch of {n} points, the model in {mode} mode (seed {seed})"
         before = _state(model)
         expected = torch.tensor(overfit(model, F.cross_entropy, (x, y), 60, 2e-2))
         got = learner.on(label)(model, F.cross_entropy, (x, y), 60, 2e-2)
-        part = _changed(before, model)
-        if part:
-            raise ExerciseError(
-                "contract",
-                f"`{name}` changed the caller's {part} for {label}.",
-                hint=_CALLER[part],
-                mistake=f"changed-{part.split()[0].strip('.')}",
-            )
+        if part := _changed(before, model):
+            raise _caller_error(part, name, label, _CALLER)
         if not isinstance(got, (list, tuple)) or len(got) != 60:
+            length = f" of length {len(got)}" if hasattr(got, "__len__") else ""
             raise ExerciseError(
                 "type",
-                f"`{name}` should return a list with one loss per step (60 here) for {label}; got "
-                f"{type(got).__name__}{f' of length {len(got)}' if hasattr(got, '__len__') else ''}.",
+                f"`{name}` should return a list of 60 losses (one per step) for {label}; got "
+                f"{type(got).__name__}{length}.",
                 mistake="length",
             )
         if not all(isinstance(v, float) for v in got):
@@ -170,21 +157,19 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
 
 # --------------------------------------------------------------------------- exercise 2: batch dependencies
 
-
-def _dependency_cases() -> list[tuple[str, Any, tuple[int, ...], bool]]:
-    return [
-        ("a per-example MLP, outputs (5, 3)", PerExample, (5, 4), True),
-        ("an MLP ending in softmax (each row sums to 1)", lambda: PerExample(softmax=True), (5, 4), True),
-        ("a mean over time taken through view(T, B, D) (mixes examples)", lambda: TimeMean(bug=True), (5, 3, 3), True),
-        ("the same model with mean(dim=1)", TimeMean, (5, 3, 3), True),
-        ("batch norm in training mode, outputs (6,)", Normed, (6, 4), True),
-        ("batch norm in eval mode", Normed, (6, 4), False),
-        ("per-step scores, outputs (4, 3, 2)", PerStep, (4, 3, 3), True),
-    ]
+_DEPENDENCY_CASES = [
+    ("a per-example MLP, outputs (5, 3)", PerExample, (5, 4), True),
+    ("an MLP ending in softmax (each row sums to 1)", lambda: PerExample(softmax=True), (5, 4), True),
+    ("a mean over time taken through view(T, B, D) (mixes examples)", lambda: TimeMean(bug=True), (5, 3, 3), True),
+    ("the same model with mean(dim=1)", TimeMean, (5, 3, 3), True),
+    ("batch norm in training mode, outputs (6,)", Normed, (6, 4), True),
+    ("batch norm in eval mode", Normed, (6, 4), False),
+    ("per-step scores, outputs (4, 3, 2)", PerStep, (4, 3, 3), True),
+]
 
 
-def _summed_rows(model: nn.Module, x: torch.Tensor, norm) -> torch.Tensor:
-    """Row i from the gradient of one number per example: sum(out[i]) (cancels) or the sum of |Jacobian| entries."""
+def _row_by_row(model, x: torch.Tensor, norm: str) -> torch.Tensor:
+    """Row i from one number per example: the gradient of sum(out[i]) (cancels), or the sum of |Jacobian|."""
     rows = []
     for i in range(x.shape[0]):
         if norm == "abs":
@@ -192,17 +177,16 @@ def _summed_rows(model: nn.Module, x: torch.Tensor, norm) -> torch.Tensor:
             rows.append(jac.reshape(-1, x.shape[0], x[0].numel()).abs().sum(dim=(0, 2)))
         else:
             xi = x.detach().clone().requires_grad_()
-            (g,) = torch.autograd.grad(model(xi)[i].sum(), xi)
-            rows.append(g.reshape(x.shape[0], -1).norm(dim=1))
+            rows.append(torch.autograd.grad(model(xi)[i].sum(), xi)[0].reshape(x.shape[0], -1).norm(dim=1))
     return torch.stack(rows)
 
 
 DEPENDENCY_MISTAKES = (
     Mistake(
         "sum",
-        "a sum of outputs can cancel (a softmax row sums to 1, so its gradient is 0): take the gradient of "
-        "every output element (or the Jacobian) and the norm over them.",
-        lambda m, x: _summed_rows(m, x, "sum"),
+        "a sum of outputs can cancel (a softmax row sums to 1, so its gradient is 0): take the gradient "
+        "of every output element (or the Jacobian) and the norm over them.",
+        lambda m, x: _row_by_row(m, x, "sum"),
     ),
     Mistake(
         "transposed",
@@ -213,7 +197,7 @@ DEPENDENCY_MISTAKES = (
         "abs-sum",
         "use the Frobenius norm (square root of the sum of squares) of the Jacobian block, not a sum "
         "of absolute values.",
-        lambda m, x: _summed_rows(m, x, "abs"),
+        lambda m, x: _row_by_row(m, x, "abs"),
     ),
     Mistake(
         "eval-copy",
@@ -222,11 +206,17 @@ DEPENDENCY_MISTAKES = (
     ),
     Mistake(
         "diagonal-only",
-        "only the diagonal: a per-example computation (vmap, or a loop that runs the model on one "
-        "example at a time) cannot see what mixes examples; run the model on the whole batch.",
+        "only the diagonal: a per-example computation (vmap, or the model run on one example at "
+        "a time) cannot see what mixes examples; run the model on the whole batch.",
         lambda m, x: torch.diag(dependencies(m, x).diag()),
     ),
 )
+
+_MODEL_STATE = {
+    "mode": "keep the model's mode: in training mode batch norm mixes examples.",
+    "grad": "ask for the gradient with respect to the input only, torch.autograd.grad(output, x_copy), which does "
+    "not touch the parameters' .grad.",
+}
 
 
 def check_batch_dependencies(batch_dependencies) -> None:
@@ -237,38 +227,17 @@ def check_batch_dependencies(batch_dependencies) -> None:
     ...
     autogradlab.checks.core.ExerciseError: `batch_dependencies` used autogradlab.models.four_checks.dependencies ...
     """
-    name = "batch_dependencies"
-    learner = LearnerCall(
-        batch_dependencies,
-        name,
-        OffLimits(
-            course=("autogradlab.models.four_checks",),
-            why="compute the gradients yourself (the course's `dependencies` is the checker's answer).",
-        ),
-    )
-    mixing = 0
-    cases = _dependency_cases()
-    for label, build, shape, training in cases:
+    name, mixing = "batch_dependencies", 0
+    learner = LearnerCall(batch_dependencies, name, _OWN_LOOP)
+    for label, build, shape, training in _DEPENDENCY_CASES:
         torch.manual_seed(0)
         model = build().train(training)
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
         expected = dependencies(copy.deepcopy(model), x)
         before, x_given = _state(model), x.clone()
         got = learner.on(label)(model, x_given)
-        part = _changed(before, model)
-        if part in ("mode (train/eval)", ".grad"):
-            hint = (
-                "keep the model's mode: in training mode batch norm mixes examples."
-                if part != ".grad"
-                else "ask for the gradient with respect to the input only, torch.autograd.grad(output, x_copy), which "
-                "does not touch the parameters' .grad."
-            )
-            raise ExerciseError(
-                "contract",
-                f"`{name}` changed the model's {part} for {label}.",
-                hint=hint,
-                mistake=f"changed-{part.split()[0].strip('.')}",
-            )
+        if (part := _changed(before, model)) in _MODEL_STATE:
+            raise _caller_error(part, name, label, _MODEL_STATE)
         if x_given.requires_grad or x_given.grad is not None:
             raise ExerciseError(
                 "changed-input",
@@ -282,8 +251,8 @@ def check_batch_dependencies(batch_dependencies) -> None:
         compare(got, expected, what=f"`{name}`", label=label, mistakes=wrong, check_dtype=False)
         mixing += int(bool((expected - torch.diag(expected.diag())).abs().max() > 1e-6))
     passed(
-        f"{name}: exact dependency norms on {len(cases)} models ({mixing} mix examples, "
-        f"{len(cases) - mixing} do not); model, parameters' .grad and x left as they were"
+        f"{name}: exact dependency norms on {len(_DEPENDENCY_CASES)} models ({mixing} mix examples, "
+        f"{len(_DEPENDENCY_CASES) - mixing} do not); model, parameters' .grad and x left as they were"
     )
 
 
@@ -292,12 +261,12 @@ def check_batch_dependencies(batch_dependencies) -> None:
 
 @dataclass
 class _Progress:
-    """One mystery in this kernel: the hypothesis and evidence on record, failed checks, solved or not."""
+    """One mystery in this kernel: hypothesis and evidence on record, failed checks, last hint shown, solved."""
 
     hypothesis: str = ""
     evidence: str = ""
     failures: int = 0
-    level: int = 0  # the last hint of the ladder shown (0: none yet)
+    level: int = 0
     solved: bool = False
 
 
@@ -305,8 +274,8 @@ LAB: dict[int, _Progress] = {}
 
 
 def note(number: int, hypothesis: Any, evidence: Any) -> None:
-    """Record a hypothesis (a sentence: what is wrong and why it gives the symptom) and its evidence (a
-    measurement you ran, with its number). Opens :func:`doctor_view` and the later hints for this mystery.
+    """Record a hypothesis (what is wrong and why it gives the symptom) and its evidence (a measurement you ran,
+    with its number). Opens :func:`doctor_view` and the later hints for this mystery.
 
     >>> note(1, "the head's weight gets no gradient, so the output is the bias", "head.weight.grad is None")
     Traceback (most recent call last):
@@ -316,55 +285,58 @@ def note(number: int, hypothesis: Any, evidence: Any) -> None:
     if not isinstance(hypothesis, str) or len(hypothesis.split()) < 6:
         raise ExerciseError(
             "no-hypothesis",
-            f"Write your hypothesis for mystery {number} first: a sentence or two (six words at least) saying what "
-            "you think is wrong and why it would give this symptom.",
+            f"Write your hypothesis for mystery {number} first: a sentence (six "
+            "words at least) saying what you think is wrong and why it gives this symptom.",
             mistake="no-hypothesis",
         )
     if not isinstance(evidence, str) or len(evidence.split()) < 4 or not re.search(r"\d", evidence):
         raise ExerciseError(
             "no-evidence",
-            f"The evidence for mystery {number} has no measured number. Write what you ran and what it gave (a "
-            "loss, a gradient norm, a fraction, a count), four words at least.",
+            f"The evidence for mystery {number} has no measured number. Write what you "
+            "ran and what it gave (a loss, a gradient norm, a fraction, a count).",
             mistake="no-evidence",
         )
     LAB.setdefault(number, _Progress()).hypothesis, LAB[number].evidence = hypothesis.strip(), evidence.strip()
     passed(f"mystery {number}: hypothesis and evidence noted; the doctor's view and the later hints are open")
 
 
+def _gate(number: int, open_: bool, what: str, mistake: str) -> None:
+    if not open_:
+        raise ExerciseError(
+            "gate",
+            f"The {what} of mystery {number} opens once "
+            + (
+                f"your hypothesis and evidence are on record: note({number}, hypothesis, evidence)."
+                if mistake == "no-note"
+                else "its check passes."
+            ),
+            mistake=mistake,
+        )
+
+
 def _script(path: Any, number: int) -> Path:
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise ExerciseError("type", f"No script at {path} for mystery {number}: unpack({number}) writes it.")
-    return path
+    return Path(path)
+
+
+def _first_steps(path: Path) -> Report:
+    module = load(path)
+    trainer = module.Trainer(module.Config())
+    batches = list(itertools.islice(trainer.epoch_batches(), 3))
+    return diagnose(trainer.train_step, trainer.model, trainer.optimizer, batches, getattr(trainer, "scaler", None))
 
 
 def doctor_view(number: int, script: Any) -> Report:
-    """The doctor on the script's first three training steps: open once :func:`note` holds a hypothesis."""
-    if not LAB.get(number, _Progress()).hypothesis:
-        raise ExerciseError(
-            "gate",
-            f"The doctor's view of mystery {number} opens once your hypothesis and evidence are on record: "
-            f"note({number}, hypothesis, evidence).",
-            mistake="no-note",
-        )
+    """The doctor on the script's first three training steps, once :func:`note` holds a hypothesis."""
+    _gate(number, bool(LAB.get(number, _Progress()).hypothesis), "doctor's view", "no-note")
     path = _script(script, number)
-
-    def three_steps(path):
-        module = load(path)
-        trainer = module.Trainer(module.Config())
-        batches = list(itertools.islice(trainer.epoch_batches(), 3))
-        scaler = getattr(trainer, "scaler", None)
-        return diagnose(trainer.train_step, trainer.model, trainer.optimizer, batches, scaler=scaler)
-
-    return LearnerCall(three_steps, path.name, frozen_inputs=False, label="its first three batches")(path)
+    return LearnerCall(_first_steps, path.name, frozen_inputs=False, label="its first three batches")(path)
 
 
 def debrief(number: int):
     """What the bug of mystery ``number`` was, once its check has passed (IPython shows it as markdown)."""
-    if not LAB.get(number, _Progress()).solved:
-        raise ExerciseError(
-            "gate", f"The debrief of mystery {number} opens once its check passes.", mistake="not-solved"
-        )
+    _gate(number, LAB.get(number, _Progress()).solved, "debrief", "not-solved")
     from IPython.display import Markdown
 
     return Markdown(MYSTERIES[number].debrief)
@@ -383,57 +355,41 @@ def _reference(number: int, which: str, seed: int = 0, steps: int | None = None)
     return _RECORDED[key]
 
 
-def _first_difference(got: list, expected: list, complete: bool) -> int | None:
-    """The first index where two sequences differ; a partial run is compared with the start of ``expected``."""
-    n = len(got) if not complete else max(len(got), len(expected))
-    return next((i for i in range(n) if i >= len(got) or i >= len(expected) or got[i] != expected[i]), None)
-
-
 def _same_grads(a: dict, b: dict) -> bool:
-    """The gradients of one step: values one computation gives (its dtype's tolerance), not state after steps."""
+    """One step's gradients: values one computation gives (its dtype's tolerance), not state after many steps."""
     return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
 
 
-def _same_start(got: Recording, ref: Recording) -> bool:
-    return got.start.keys() == ref.start.keys() and all(close(got.start[n], ref.start[n]) for n in ref.start)
-
-
-def _factor(got: dict, expected: dict) -> float | None:
-    """c when every gradient of ``got`` is c × ``expected``'s (clipping, a rescaled loss), else None."""
-    if got.keys() != expected.keys() or any((got[k] is None) != (expected[k] is None) for k in got):
-        return None
-    g = torch.cat([got[k].double().flatten() for k in got if got[k] is not None])
-    e = torch.cat([expected[k].double().flatten() for k in got if got[k] is not None])
-    if not e.numel() or float(e @ e) == 0:
-        return None
-    c = float(g @ e) / float(e @ e)
-    return c if float((g - c * e).norm()) <= 1e-4 * float(g.norm()) and abs(c - 1) > 1e-3 else None
+_KEEP = "a fix leaves {} as shipped."
+_CHASE = " changes how fast or how big, not why: changing it chases the symptom. Put it back and look for the cause."
 
 
 def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> ExerciseError | None:
     """The first change where the shipped script and the reference agree: outside the bug."""
-    k = _first_difference(got.inputs, ref.inputs, got.complete)
-    if k is not None and _first_difference(orig.inputs, ref.inputs, False) is None:
+    if (
+        first_difference(got.inputs, ref.inputs, got.complete) is not None
+        and orig.inputs == ref.inputs[: len(orig.inputs)]
+    ):
         return ExerciseError(
             "changed-elsewhere",
-            f"The model in `{name}` sees other inputs than in the shipped script, from its call {k} on.",
-            hint="a fix leaves the data, its order and the batch size as they were.",
+            f"The model in `{name}` sees other batches than the shipped one.",
+            hint=_KEEP.format("the data, its order and the batch size"),
             mistake="data",
         )
-    if not _same_start(got, ref):
+    if got.start.keys() != ref.start.keys() or not all(close(got.start[n], ref.start[n]) for n in ref.start):
         return ExerciseError(
             "changed-elsewhere",
-            f"The model in `{name}` starts from other parameters than the shipped script's (names, shapes or values).",
-            hint="another architecture or initialisation can move the symptom without removing its cause: keep the "
-            "model as shipped.",
+            f"The model in `{name}` starts from other parameters (names, shapes or values) than the shipped one.",
+            hint="another architecture or initialisation can move "
+            "the symptom without removing its cause. " + _KEEP.format("the model"),
             mistake="start",
         )
     if got.first_output is None or not close(got.first_output, ref.first_output):
         return ExerciseError(
             "changed-elsewhere",
-            f"The model in `{name}` computes something else than the shipped one, from the same parameters on the "
-            "same first batch.",
-            hint="keep the model's forward as shipped.",
+            f"The model in `{name}` computes something else than the shipped one "
+            "from the same parameters on the same batch.",
+            hint=_KEEP.format("the forward"),
             mistake="model",
         )
     for what in ("optimizer", "groups", "loss scale", "scaler"):
@@ -442,24 +398,16 @@ def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> Exer
             return ExerciseError(
                 "symptom-chasing" if scale else "changed-elsewhere",
                 f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}.",
-                hint="the loss scale sets the size of the scaled gradients, not of the unscaled ones the optimizer "
-                "applies: changing it chases the symptom."
-                if scale
-                else "a fix leaves the optimizer and its settings as they were.",
+                hint="the loss scale" + _CHASE if scale else _KEEP.format("the optimizer and its settings"),
                 mistake="loss-scale" if scale else "optimizer",
             )
-    k = _first_difference(got.lrs, ref.lrs, got.complete)
-    if k is not None and _first_difference(orig.lrs, ref.lrs, False) is None:
-        detail = (
-            f"step {k} uses {got.lrs[k][0]:.3g} instead of {ref.lrs[k][0]:.3g}"
-            if k < min(len(got.lrs), len(ref.lrs))
-            else f"{got.steps} optimizer steps instead of {ref.steps}"
-        )
+    k = first_difference(got.lrs, ref.lrs, got.complete)
+    if k is not None and orig.lrs == ref.lrs[: len(orig.lrs)]:
+        shown = f"step {k} uses {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} optimizer steps"
         return ExerciseError(
             "symptom-chasing",
-            f"`{name}` changed the learning rate: {detail}.",
-            hint="a learning rate changes how fast the loss moves, not what moves it: changing it chases the symptom. "
-            "Put it back and look for the cause.",
+            f"`{name}` changed the learning rate: {shown} where the shipped script does not.",
+            hint="a learning rate" + _CHASE,
             mistake="learning-rate",
         )
     return None
@@ -468,38 +416,37 @@ def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> Exer
 def _judge(got: Recording, ref: Recording, orig: Recording | None, name: str) -> ExerciseError | None:
     """The first way the learner's run differs from the healthy reference (None: it behaves the same)."""
     if orig is not None:
-        problem = _outside(got, ref, orig, name)
-        if problem is not None:
+        if problem := _outside(got, ref, orig, name):
             return problem
-        steps = len(got.grads)
-        if all(_same_grads(a, b) for a, b in zip(got.grads, orig.grads)) and got.lrs == orig.lrs[: len(got.lrs)]:
+        if all(map(_same_grads, got.grads, orig.grads)) and got.lrs == orig.lrs[: len(got.lrs)]:
             return ExerciseError(
                 "unchanged",
-                f"`{name}` still behaves as shipped: the same learning rates and gradients in its first {steps} steps.",
+                f"`{name}` still behaves as shipped: the same learning rates and "
+                f"gradients in its first {len(got.grads)} steps.",
                 mistake="unchanged",
             )
-    k = _first_difference(got.lrs, ref.lrs, got.complete)
-    untouched = orig is not None and _first_difference(got.lrs[: len(orig.lrs)], orig.lrs, False) is None
-    if k is not None and not untouched:  # learning rates the learner left as shipped would name the bug: see below
-        detail = f"step {k}: {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} steps, not {ref.steps}"
+    k = first_difference(got.lrs, ref.lrs, got.complete)
+    untouched = orig is not None and got.lrs[: len(orig.lrs)] == orig.lrs  # naming them would name the bug
+    if k is not None and not untouched:
+        shown = f"step {k}: {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} steps, not {ref.steps}"
         return ExerciseError(
             "not-fixed",
-            f"The learning rates of `{name}` differ from the healthy script's ({detail}).",
+            f"The learning rates of `{name}` differ from the healthy script's ({shown}).",
             mistake="learning-rate",
         )
     for k, (mine, healthy) in enumerate(zip(got.grads, ref.grads)):
         if _same_grads(mine, healthy):
             continue
-        c = _factor(mine, healthy)
+        c = common_factor(mine, healthy)
         if c is None and orig is not None and k < len(orig.grads):
-            c = _factor(mine, orig.grads[k])  # a symptom-chasing change to the shipped script
+            c = common_factor(mine, orig.grads[k])  # a symptom-chasing change to the shipped script
         if c is not None:
             return ExerciseError(
                 "not-fixed",
-                f"The gradients of step {k} in `{name}` point the same way as the healthy script's but are "
-                f"{c:.3g}× as large.",
-                hint="clipping or rescaling the loss changes their size, not their direction: if you added either to "
-                "move the loss, that chases the symptom; otherwise look at what sets their size.",
+                f"The gradients of step {k} in `{name}` point the same way as the healthy script's but "
+                f"are {c:.3g}× as large.",
+                hint="clipping or rescaling the loss changes their size, not their "
+                "direction: if you added either to move the loss, that chases the symptom.",
                 mistake="smaller-gradients" if c < 1 else "larger-gradients",
             )
         names = sorted(n for n in {*mine, *healthy} if not close(mine.get(n), healthy.get(n)))
@@ -512,8 +459,8 @@ def _judge(got: Recording, ref: Recording, orig: Recording | None, name: str) ->
     if got.complete and not close(torch.tensor(got.losses), torch.tensor(ref.losses)):
         return ExerciseError(
             "not-fixed",
-            f"`{name}` starts with the healthy gradients, but its {len(got.losses)} logged losses drift from the "
-            f"healthy script's ({len(ref.losses)}).",
+            f"`{name}` starts with the healthy gradients, but its {len(got.losses)} "
+            f"losses drift from the healthy script's {len(ref.losses)}.",
             mistake="losses",
         )
     return None
@@ -530,8 +477,9 @@ def _with_ladder(error: ExerciseError, number: int, progress: _Progress) -> Exer
     extra = MYSTERIES[number].ladder[progress.level - 1]
     if progress.failures > 2 and cap == 1:
         extra += f" The next hint opens once your hypothesis and evidence are on record: note({number}, ...)."
-    hint = f"{error.hint} Next: {extra}" if error.hint else extra[0].upper() + extra[1:]
-    return error.but(hint=hint, measured=measured)
+    return error.but(
+        hint=f"{error.hint} Next: {extra}" if error.hint else extra[0].upper() + extra[1:], measured=measured
+    )
 
 
 def _structure(module: Any, name: str) -> None:
@@ -543,9 +491,9 @@ def _structure(module: Any, name: str) -> None:
         raise ExerciseError(
             "contract",
             f"`{name}` has no {', '.join(missing)}.",
-            hint="keep the script's structure: a Config dataclass with a seed, and a Trainer whose fit(log) returns "
-            "one loss per optimizer step.",
             mistake="structure",
+            hint="keep the script's structure: a Config dataclass with a seed, and a Trainer whose "
+            "fit(log) returns one loss per optimizer step.",
         )
 
 
@@ -555,8 +503,7 @@ def check_fix(number: int, script: Any) -> None:
     First its first steps on seed 0, against the reference and the shipped script (they show most wrong
     fixes), then its whole run, then the first steps on seed 1.
     """
-    path = _script(script, number)
-    progress = LAB.setdefault(number, _Progress())
+    path, progress = _script(script, number), LAB.setdefault(number, _Progress())
     imported = LearnerCall(load, path.name, frozen_inputs=False, label="import")
     run = LearnerCall(record, path.name, frozen_inputs=False)
     orig = _reference(number, "original", 0, KEEP_GRADS)
@@ -566,8 +513,7 @@ def check_fix(number: int, script: Any) -> None:
             _structure(module, path.name)
             got = run.on(f"seed {seed}")(module, seed, steps)
             ref = _reference(number, "fixed", seed, None if seed == 0 else KEEP_GRADS)
-            problem = _judge(got, ref, orig if seed == 0 else None, path.name)
-            if problem is not None:
+            if problem := _judge(got, ref, orig if seed == 0 else None, path.name):
                 raise problem
     except ExerciseError as error:
         progress.failures += 1

@@ -135,3 +135,29 @@ def record(script: ModuleType, seed: int = 0, steps: int | None = None) -> Recor
 
 def _grad(p: torch.Tensor) -> torch.Tensor | None:
     return None if p.grad is None else p.grad.detach().clone()
+
+
+def first_difference(got: list, expected: list, complete: bool = True) -> int | None:
+    """The first index where two sequences differ; a partial run (``complete=False``) is compared with the start.
+
+    >>> first_difference([1, 2], [1, 2, 3]), first_difference([1, 2], [1, 2, 3], complete=False)
+    (2, None)
+    """
+    n = max(len(got), len(expected)) if complete else len(got)
+    return next((i for i in range(n) if i >= len(got) or i >= len(expected) or got[i] != expected[i]), None)
+
+
+def common_factor(got: dict, expected: dict) -> float | None:
+    """c when every gradient in ``got`` is c × the one in ``expected`` (c ≠ 1; clipping, a rescaled loss), else None.
+
+    >>> common_factor({"w": torch.tensor([2.0, 4.0])}, {"w": torch.tensor([1.0, 2.0])})
+    2.0
+    """
+    if got.keys() != expected.keys() or any((got[k] is None) != (expected[k] is None) for k in got):
+        return None
+    g = torch.cat([got[k].double().flatten() for k in got if got[k] is not None] or [torch.zeros(0)])
+    e = torch.cat([expected[k].double().flatten() for k in got if got[k] is not None] or [torch.zeros(0)])
+    if not e.numel() or float(e @ e) == 0:
+        return None
+    c = float(g @ e) / float(e @ e)
+    return c if float((g - c * e).norm()) <= 1e-4 * float(g.norm()) and abs(c - 1) > 1e-3 else None
