@@ -340,6 +340,7 @@ def test_every_experiment_is_registered_with_a_table():
         "accumulation",
         "inplace",
         "checkpoint",
+        "compile",
     ]
 
 

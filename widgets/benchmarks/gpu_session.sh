@@ -27,7 +27,7 @@ for step in $steps; do
         smoke) timeout 240 $experiments all --device cuda --preset cpu-small --quiet --out "$out/gpu_smoke.json" || exit 1 ;;
         tests) timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" -k cuda \
                    tests/test_experiments.py tests/test_experiments_cli.py tests/test_device.py || status=1 ;;
-        record) timeout 420 $experiments all --device cuda --out "$out/gpu_record.json" 2>"$out/record.err" || status=1 ;;
+        record) timeout 560 $experiments all --device cuda --out "$out/gpu_record.json" 2>"$out/record.err" || status=1 ;;
         medium) timeout 240 $experiments all --device cuda --preset medium --quiet --out "$out/gpu_medium.json" || status=1 ;;
         notebooks) timeout 420 python3 widgets/benchmarks/run_notebooks.py solutions/*.ipynb --jobs 6 --out "$out" || status=1 ;;
         *) echo "unknown step $step"; status=1 ;;

@@ -13,6 +13,7 @@ _VIEWS = {
     "TrainStepInspector": "train_step_inspector",
     "AccumulationLab": "accumulation_lab",
     "LossScaleLab": "loss_scale_lab",
+    "CompileView": "compile_view",
 }
 
 __all__ = list(_VIEWS)
