@@ -14,7 +14,10 @@ nbgrader on solutions/ unchanged):
   loses its outputs too, so the learner commits to a prediction before seeing the
   answer; it is tagged ``nbval-ignore-output`` in the chapter (its output is
   compared in solutions/, where it is kept);
-- every other cell keeps its outputs, so the chapter reads well unexecuted;
+- every other cell keeps its outputs, so the chapter reads well unexecuted; a stored
+  view keeps only its static picture (its widget entry and the notebook's saved widget
+  state are dropped: without a kernel they can only show a dead control with a red
+  "disconnected" icon, and a trusted JupyterLab sometimes fails to load them at all);
 - the chapter gets its launch badges and setup cell (:mod:`.launch`).
 
 >>> import nbformat
@@ -164,9 +167,23 @@ def student_notebook(solution_nb, notebook: str, *, launch: bool = True):
             cell.outputs = []
             cell.execution_count = None
             _add_tag(cell, EXPECTS_ERROR_TAG)
+    _pictures_only(nb)
     if launch and nb.cells:
         add_launch_cells(nb, notebook.rsplit("/", 1)[-1])
     return nb
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _pictures_only(nb) -> None:
+    """Drop stored widget views that carry a static picture (``text/html``), and the saved widget state."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
 
 
 def to_text(nb) -> str:
