@@ -119,7 +119,14 @@ def estimate(nb) -> Pace:
             predictions += "answers-prediction" in cell.get("metadata", {}).get("tags", [])
     stated = STATED.search(nb.cells[0].source) if nb.cells else None
     return Pace(
-        words, formulas, displays, rows, demo_cells, predictions, tuple(exercises), int(stated.group(1)) if stated else None
+        words,
+        formulas,
+        displays,
+        rows,
+        demo_cells,
+        predictions,
+        tuple(exercises),
+        int(stated.group(1)) if stated else None,
     )
 
 
