@@ -108,6 +108,16 @@ def private_reads(source: str, own: set[str] = frozenset()) -> list[str]:
             name = node.args[1].value
         if name and name.startswith("_") and not name.startswith("__") and name not in own | _PUBLIC_UNDERSCORE:
             found.append(f"{node.lineno}: {name}")
+        modules = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for module in modules:
+            private = [part for part in module.split(".") if part.startswith("_") and not part.startswith("__")]
+            if private and module.split(".")[0] != "autogradlab":
+                found.append(f"{node.lineno}: import {module}")
+                break
     return found
 
 
@@ -228,6 +238,10 @@ def test_the_concept_finders_see_a_second_home():
         "        return frame.f_back.f_code.co_filename, self._mine\n"
     )
     assert private_reads(source) == ["4: _scale", "5: _growth_tracker"]
+    assert private_reads("import torch._dynamo\nfrom torch.utils._pytree import tree_map\n") == [
+        "1: import torch._dynamo",
+        "2: import torch.utils._pytree",
+    ]
     assert private_reads(source, own={"_scale"}) == ["5: _growth_tracker"]
     assert sorted(int(hit.split(":")[0]) for hit in patches(source)) == [6, 7, 8, 9, 10]
     assert [hit.split(": ")[1] for hit in frame_reads(source)] == [".co_filename", ".f_code", ".f_back"]

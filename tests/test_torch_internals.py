@@ -1,11 +1,9 @@
 """Every private torch internal the package relies on, named, and checked on the installed torch.
 
 If a PyTorch upgrade renames or changes one of them, the test named after it fails here,
-in one place. A second test keeps new private reads out of the rest of the package.
+in one place. ``tests/test_one_home.py`` keeps private reads out of the rest of the package.
 """
 
-import io
-import tokenize
 from pathlib import Path
 
 import pytest
@@ -255,86 +253,7 @@ def test_private_state_dict_keys():
     assert internals.SCALER_GROWTH_TRACKER_KEY in scaler.state_dict()
 
 
-# --------------------------------------------------------------------------- one home
-
-
-PRIVATE_ATTRIBUTES = {
-    "_version",
-    "_sequence_nr",
-    "_input_metadata",
-    "_raw_saved_tensors",
-    "_execution_engine",
-    "_engine_run_backward",
-    "_growth_tracker",
-    "_last_lr",
-}
-PRIVATE_PREFIXES = ("_saved_", "_raw_saved_")
-
-# Files that still read torch internals themselves; they belong to chapters being edited now.
-# The lead empties this list (each entry: move the read into torch_internals, then delete the line).
-NOT_YET_MIGRATED: set[str] = set()
-
-
-# torch._C, torch._functorch, torch.utils._pytree, nn.modules.dropout._DropoutNd, F._foo
-TORCH_ROOTS = {"torch", "nn", "F"}
-
-
-def _chain_head(tokens: list, i: int) -> str:
-    """The first name of the dotted chain ``a.b._c`` that token ``i`` ends."""
-    while i >= 2 and tokens[i - 1].string == "." and tokens[i - 2].type == tokenize.NAME:
-        i -= 2
-    return tokens[i].string
-
-
-def private_reads(path: Path) -> list[str]:
-    """``line: name`` for each private torch attribute or module read in ``path``'s code (not its prose).
-
-    Code tokens only: docstrings, comments and hint texts may name an internal.
-    """
-    found = []
-    tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
-    for i, tok in enumerate(tokens):
-        prev = tokens[i - 1].string if i else ""
-        if tok.type == tokenize.NAME and prev == ".":
-            if tok.string in PRIVATE_ATTRIBUTES or tok.string.startswith(PRIVATE_PREFIXES):
-                found.append(f"{tok.start[0]}: .{tok.string}")
-            elif (
-                tok.string.startswith("_") and not tok.string.startswith("__") and _chain_head(tokens, i) in TORCH_ROOTS
-            ):
-                found.append(f"{tok.start[0]}: {_chain_head(tokens, i)}....{tok.string}")
-        elif tok.type == tokenize.STRING:
-            text = tok.string.strip("\"'")
-            if text in PRIVATE_ATTRIBUTES or text in PRIVATE_PREFIXES:
-                found.append(f"{tok.start[0]}: {tok.string}")
-    return found
-
-
-def test_private_torch_internals_are_read_only_in_torch_internals():
-    offenders = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        if rel == "torch_internals.py" or rel in NOT_YET_MIGRATED:
-            continue
-        reads = private_reads(path)
-        if reads:
-            offenders[rel] = reads
-    assert not offenders, f"private torch internals read outside torch_internals.py: {offenders}"
-
-
-def test_the_allow_list_only_names_files_that_still_need_it():
-    stale = [rel for rel in NOT_YET_MIGRATED if not (PACKAGE / rel).exists() or not private_reads(PACKAGE / rel)]
-    assert not stale, f"these files no longer read torch internals: remove them from NOT_YET_MIGRATED: {stale}"
-
-
-def test_the_one_home_test_sees_a_private_read(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import torch.utils._pytree\ndef f(t, fn):\n    return t._version, getattr(fn, '_saved_' + 'x')\n")
-    assert private_reads(bad) == ["1: torch...._pytree", "3: ._version", "3: '_saved_'"]
-
-
 # --------------------------------------------------------------------------- GradScaler (the doctor's clip check)
-
-PRIVATE_ATTRIBUTES |= {"_scale", "_per_optimizer_states"}
 
 
 def test_scaler_started_and_stage_follow_one_iteration_without_adding_entries():
