@@ -420,3 +420,8 @@ def test_a_hook_torch_calls_inside_the_learners_line_is_not_a_course_call():
     alias = unpack
     with pytest.raises(ExerciseError):
         LearnerCall(lambda: alias(x), "aliased", off)()
+
+
+def test_an_error_without_a_kind_is_refused():
+    with pytest.raises(ValueError):
+        ExerciseError("`f` is wrong for x.")  # a message where the kind belongs

@@ -53,7 +53,7 @@ KINDS = {
 }
 
 
-_KIND_NAME = re.compile(r"[a-z0-9-]+")  # LEGACY: tells a kind from an old message-only ExerciseError
+_KIND = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 class ExerciseError(Exception):
@@ -83,8 +83,8 @@ class ExerciseError(Exception):
         mistake: str | None = None,
         measured: Mapping[str, Any] | None = None,
     ):
-        if not summary and kind not in KINDS and not _KIND_NAME.fullmatch(kind):  # LEGACY: ExerciseError("text")
-            kind, summary = "legacy", kind
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"ExerciseError's kind is a short kebab-case name (see KINDS), not {kind!r}")
         self.kind, self.summary, self.detail = kind, summary, detail
         self.hint, self.where, self.mistake = hint, where, mistake
         self.measured = dict(measured or {})
@@ -592,8 +592,8 @@ def _value_report(m: Mapping[str, Any], rtol: float, atol: float) -> str:
 
 
 def _mistake_items(mistakes: Mapping) -> list[tuple[str, str, Any]]:
-    """``(id, hint, value)`` for each entry of ``{Mistake: value}`` (LEGACY: ``{hint: value}``, the hint as id)."""
-    return [(m, m, value) if isinstance(m, str) else (m.id, m.hint, value) for m, value in mistakes.items()]
+    """``(id, hint, value)`` for each entry of ``{Mistake: value}``."""
+    return [(m.id, m.hint, value) for m, value in mistakes.items()]
 
 
 def compare(
@@ -676,14 +676,12 @@ def check_function(
     check_dtype: bool = True,
     error_hints: str | Mapping[str, str] | None = None,
     off_limits: OffLimits = OffLimits(),
-    **legacy: Any,
 ) -> None:
     """Run ``fn`` (through :class:`LearnerCall`) and ``reference`` on every case and compare; print ✓ or raise.
 
     Both get their own copies of the inputs, so a learner's in-place change cannot alter the
     reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip.
     """
-    mistakes, error_hints, off_limits = _legacy(mistakes, error_hints, off_limits, **legacy)
     learner = LearnerCall(fn, name, off_limits, error_hints)
     for case in cases:
         expected = reference(*_clone(case.args))
@@ -713,7 +711,6 @@ def check_function_outputs(
     error_hints: str | Mapping[str, str] | None = None,
     check_dtype: bool = True,
     off_limits: OffLimits = OffLimits(),
-    **legacy: Any,
 ) -> None:
     """Like :func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``.
 
@@ -726,7 +723,6 @@ def check_function_outputs(
     ✓ pair matches the reference on 1 input (outputs a, b)
     """
     outputs = tuple(outputs)
-    mistakes, error_hints, off_limits = _legacy(mistakes, error_hints, off_limits, **legacy)
     learner = LearnerCall(fn, name, off_limits, error_hints)
     for case in cases:
         expected = tuple(reference(*_clone(case.args)))
@@ -768,23 +764,3 @@ def _clone(args: tuple) -> tuple:
 def seeded(seed: int) -> torch.Generator:
     """A CPU generator with a fixed seed, so every check sees the same inputs."""
     return torch.Generator().manual_seed(seed)
-
-
-# --------------------------------------------------------------------------- LEGACY (issue 21 migration)
-# Chapters not yet moved to LearnerCall/Mistake use these; each goes when its last caller does.
-
-
-def _legacy(mistakes, error_hints, off_limits, *, no_autograd: bool = False, error_hint: str | None = None):
-    if isinstance(mistakes, Mapping):
-        mistakes = tuple(Mistake(hint, hint, fn) for hint, fn in mistakes.items())
-    return tuple(mistakes or ()), error_hints or error_hint, BY_HAND if no_autograd else off_limits
-
-
-def call_learner(fn: Callable, args: Sequence, name: str, label: str, *, no_autograd: bool = False) -> Any:
-    """LEGACY: ``LearnerCall(fn, name, ...).on(label)(*args)`` without the input check."""
-    return LearnerCall(fn, name, BY_HAND if no_autograd else OffLimits(), frozen_inputs=False).on(label)(*args)
-
-
-def _autograd_entry_points() -> tuple:
-    """LEGACY: ``(owner, attr, shown)`` tuples of :func:`autograd_routines`."""
-    return tuple((r.owner, r.attr, r.shown) for r in autograd_routines())
