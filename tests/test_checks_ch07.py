@@ -237,16 +237,18 @@ def window_variant(kind):
                 losses = token_losses(model, features, targets)
                 count = int(mask.sum())
                 seen += count
-                loss = {
-                    "own_mean_k": lambda: (losses * mask).sum() / max(count, 1) / k,
-                    "own_mean": lambda: (losses * mask).sum() / max(count, 1),
-                    "padding": lambda: losses.sum() / n,
-                    "positions": lambda: (losses * mask).sum() / sum(m.numel() for _, _, m in micro_batches),
-                    "running": lambda: (losses * mask).sum() / max(seen, 1),
-                    "course_helper": lambda: token_accumulation.micro_batch_loss(
-                        model, token_accumulation.TokenBatch(features, targets, mask), "token-mean", k, n
-                    ),
-                }.get(kind, lambda: (losses * mask).sum() / n)()
+                kept = (losses * mask).sum()
+                if kind == "course_helper":
+                    batch = token_accumulation.TokenBatch(features, targets, mask)
+                    loss = token_accumulation.micro_batch_loss(model, batch, "token-mean", k, n)
+                else:
+                    loss = {
+                        "own_mean_k": kept / max(count, 1) / k,
+                        "own_mean": kept / max(count, 1),
+                        "padding": losses.sum() / n,
+                        "positions": kept / sum(m.numel() for _, _, m in micro_batches),
+                        "running": kept / max(seen, 1),
+                    }.get(kind, kept / n)
             if kind == "autograd_grad":
                 for p, g in zip(model.parameters(), torch.autograd.grad(loss, list(model.parameters()))):
                     p.grad = g if p.grad is None else p.grad + g
@@ -482,14 +484,16 @@ def rank_wrong(kind):
         out = []
         for losses, mask in micro_batches:
             total = (losses * mask).sum()
-            out.append(
-                {
-                    "own_mean": lambda: losses[mask].mean() / len(micro_batches),
-                    "mean_of_nothing": lambda: total * world_size / count if mask.any() else losses[mask].mean(),
-                    "item": lambda: (total * world_size / count).item(),
-                    "per_token": lambda: losses * mask * world_size / count,
-                }.get(kind, lambda: total * world_size / count)()  # noqa: B023  called at once
-            )
+            if kind == "own_mean":
+                out.append(losses[mask].mean() / len(micro_batches))
+            elif kind == "mean_of_nothing":
+                out.append(total * world_size / count if mask.any() else losses[mask].mean())
+            elif kind == "item":
+                out.append((total * world_size / count).item())
+            elif kind == "per_token":
+                out.append(losses * mask * world_size / count)
+            else:
+                out.append(total * world_size / count)
         return sum(out) if kind == "one_loss" else out
 
     return answer

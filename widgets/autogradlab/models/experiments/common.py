@@ -179,7 +179,7 @@ def matmul_peak_flops(device: torch.device, mode: str, n: int, min_run_time: flo
         a = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
         b = torch.randn(size, size, device=device, dtype=dtype, generator=gen)
         with float32_matmuls(mode):
-            seconds = time_stats(lambda: torch.nn.functional.linear(a, b), device, min_run_time)["min_s"]
+            seconds = time_stats(lambda a=a, b=b: torch.nn.functional.linear(a, b), device, min_run_time)["min_s"]
         best = max(best, 2.0 * size**3 / seconds)
     return best
 
