@@ -31,7 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
+from autogradlab.models.experiments.common import (
+    as_record,
+    experiment_device,
+    markdown_table,
+    mlp,
+    progress,
+    resolve_preset,
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class AccumulationResult:
 
 def accumulation_table(result) -> str:
     """Markdown table of an accumulation result (live or loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     rows = [
         [
             r["precision"],

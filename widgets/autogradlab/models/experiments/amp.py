@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from autogradlab.models.experiments.common import (
     MODES,
+    as_record,
     experiment_device,
     float32_matmuls,
     forward_autocast,
@@ -209,7 +210,7 @@ class AmpResult:
 
 def amp_table(result) -> str:
     """Markdown table of an amp result (a live AmpResult or a dict loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     speedup = speedups(rec)
     rows = [
         [
@@ -249,7 +250,7 @@ def speedups(result) -> dict[tuple[str, str], float]:
     >>> speedups({"rows": [{"model": "mlp", "mode": "fp32", "step_ms": 3.0}, {"model": "mlp", "mode": "bf16", "step_ms": 1.5}]})
     {('mlp', 'fp32'): 1.0, ('mlp', 'bf16'): 2.0}
     """
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     fp32_ms = {r["model"]: r["step_ms"] for r in rec["rows"] if r["mode"] == "fp32" and r["step_ms"]}
     return {
         (r["model"], r["mode"]): fp32_ms[r["model"]] / r["step_ms"]
@@ -260,7 +261,7 @@ def speedups(result) -> dict[tuple[str, str], float]:
 
 def largest_mlp_fraction(result, mode: str = "bf16") -> float | None:
     """Fraction of the measured matmul peak reached by the largest MLP in ``mode`` (None if not run)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     rows = [
         r
         for r in rec["rows"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table
+from autogradlab.models.experiments.common import as_record, experiment_device, markdown_table
 
 # op name -> what it computes from (h, target class indices); h is linear(x, w) under autocast
 OPS = {
@@ -49,7 +49,7 @@ class AutocastResult:
 
 def autocast_table(result) -> str:
     """Markdown table of an autocast result (live or loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     strip = lambda s: s.replace("torch.", "")  # noqa: E731
     rows = [[r["op"], strip(r["bf16"]), strip(r["fp16"])] for r in rec["rows"]]
     return markdown_table(["op", f"bf16 autocast on {rec['device']}", f"fp16 autocast on {rec['device']}"], rows)

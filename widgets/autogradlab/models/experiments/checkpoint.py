@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autogradlab.graph.saved_bytes import SavedBytes, storage_key
 from autogradlab.models.experiments.common import (
+    as_record,
     count_flops,
     experiment_device,
     markdown_table,
@@ -146,7 +147,7 @@ class CheckpointResult:
 
 def checkpoint_table(result) -> str:
     """Markdown table of a checkpoint result (live or loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     mib = lambda b: None if b is None else b / 2**20  # noqa: E731
     rows = [
         [

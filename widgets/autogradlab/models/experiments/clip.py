@@ -35,7 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
+from autogradlab.models.experiments.common import (
+    as_record,
+    experiment_device,
+    markdown_table,
+    mlp,
+    progress,
+    resolve_preset,
+)
 
 ORDERS = ("right", "bug", "none")
 ORDER_LABELS = {
@@ -93,7 +100,7 @@ class ClipResult:
 
 def clip_table(result) -> str:
     """Markdown table of the one-step comparison (live or loaded from JSON)."""
-    r = result if isinstance(result, dict) else result.__dict__
+    r = as_record(result)
     seen = {"right": r["norm_seen_after_unscale"], "bug": r["norm_seen_before_unscale"], "none": None}
     rows = [[row["optimizer"], ORDER_LABELS[row["order"]], seen[row["order"]], row["update_norm"]] for row in r["rows"]]
     return markdown_table(["optimizer", "order", "norm clip_grad_norm_ saw", "update norm ‖Δθ‖"], rows)
@@ -101,7 +108,7 @@ def clip_table(result) -> str:
 
 def clip_sweep_table(result) -> str:
     """Markdown table of the model-size sweep: how much smaller the bug makes one update, SGD and Adam."""
-    r = result if isinstance(result, dict) else result.__dict__
+    r = as_record(result)
     rows = [[s["parameters"], s["grad_norm"], s["SGD"], s["Adam"]] for s in r["sweep"]]
     head = ["parameters", "‖g‖", "SGD: ‖Δθ bug‖ / ‖Δθ right‖", "Adam: ‖Δθ bug‖ / ‖Δθ right‖"]
     return markdown_table(head, rows)

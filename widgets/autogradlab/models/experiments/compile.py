@@ -27,6 +27,7 @@ from autogradlab.models.compiled.course_models import mlp_stack
 from autogradlab.models.compiled.record import quiet
 from autogradlab.models.experiments.amp import Block
 from autogradlab.models.experiments.common import (
+    as_record,
     experiment_device,
     forward_autocast,
     markdown_table,
@@ -108,7 +109,7 @@ def _break_even(first_call: float, eager: dict | None, fast: dict | None) -> int
 
 def compile_table(result) -> str:
     """Markdown table of a compile result (live or loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     mib = lambda b: None if b is None else b / 2**20  # noqa: E731
     rows = [
         [

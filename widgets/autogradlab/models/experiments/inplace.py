@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table
+from autogradlab.models.experiments.common import as_record, experiment_device, markdown_table
 from autogradlab.torch_internals import version
 
 
@@ -31,7 +31,7 @@ class InplaceResult:
 
 
 def inplace_table(result) -> str:
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     rows = [
         [c["name"], c["raised"], c["version_when_saved"], c["version_at_backward"], c["fix_matches_float64"]]
         for c in rec["cases"]

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from autogradlab.models.experiments.common import experiment_device, markdown_table, mlp, progress, resolve_preset
+from autogradlab.models.experiments.common import (
+    as_record,
+    experiment_device,
+    markdown_table,
+    mlp,
+    progress,
+    resolve_preset,
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class ScalerResult:
 
 def scaler_table(result) -> str:
     """Markdown table of a scaler result: one row per step where something happened."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     rows = []
     for i, (before, after) in enumerate(zip(rec["scale_before"], rec["scale_after"])):
         if after != before or i in rec["skipped_steps"]:

@@ -32,6 +32,7 @@ from autogradlab.models.experiments.common import (
     FP16_MAX,
     FP16_MIN_NORMAL,
     FP16_MIN_SUBNORMAL,
+    as_record,
     experiment_device,
     markdown_table,
     mlp,
@@ -82,7 +83,7 @@ class UnderflowResult:
 
 def underflow_table(result) -> str:
     """Markdown table of an underflow result (live or loaded from JSON)."""
-    rec = result if isinstance(result, dict) else result.__dict__
+    rec = as_record(result)
     rows = [
         [
             r["scale"],
