@@ -15,8 +15,6 @@ import torch
 from autogradlab.graph.saved_bytes import distinct_bytes
 from autogradlab.units import format_bytes
 
-KINDS = ("output", "op", "leaf")
-STATES = ("ok", "stale", "freed")
 
 
 @lru_cache(maxsize=4096)  # a big graph repeats the same few shapes thousands of times
@@ -92,7 +90,6 @@ class Node:
     output_shapes: list[tuple] = field(default_factory=list)
     inputs_without_grad: int = 0  # None entries of next_functions: inputs that need no gradient
     forward_index: int | None = None  # order in which the forward pass created this op (0 = first)
-    group: str | None = None  # module group (by parameter-name prefix), for collapsed drawings
     note: str = ""  # e.g. a sparse or meta leaf whose memory cannot be accounted for
 
     def __repr__(self) -> str:

@@ -231,10 +231,6 @@ def progress(iterable: Iterable, *, desc: str, enabled: bool, total: int | None 
     return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
-def seeded_generator(device: torch.device, seed: int) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
-
-
 def mlp(widths: list[int], device: torch.device, seed: int, activation=torch.nn.ReLU) -> torch.nn.Sequential:
     """Linear layers of the given widths with ``activation`` between them, seeded, in fp32."""
     torch.manual_seed(seed)
