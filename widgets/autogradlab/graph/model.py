@@ -15,6 +15,7 @@ import torch
 from autogradlab.graph.saved_bytes import distinct_bytes
 from autogradlab.units import format_bytes
 
+KINDS = ("output", "op", "leaf")
 
 
 @lru_cache(maxsize=4096)  # a big graph repeats the same few shapes thousands of times
