@@ -456,6 +456,16 @@ def mistakes(hints: Mapping[str, str], computes: Mapping[str, Callable[..., Any]
     return tuple(Mistake(key, hints[key], compute) for key, compute in computes.items())
 
 
+def named(mistake: str, summary: str, hints: Mapping[str, str], kind: str = "contract", **fields: Any) -> ExerciseError:
+    """The :class:`ExerciseError` for the slip ``mistake``, its hint from the exercise's table ``hints`` (id -> text).
+
+    >>> error = named("sign", "`f` is wrong for x = 1.", {"sign": "a sign is flipped"}, "value")
+    >>> error.kind, error.mistake, error.hint
+    ('value', 'sign', 'a sign is flipped')
+    """
+    return ExerciseError(kind, summary, hint=hints[mistake], mistake=mistake, **fields)
+
+
 # Values compared for "the same": (rtol, atol) per dtype. Looser than torch.testing's defaults for
 # float32 because hand-derived formulas legitimately sum in a different order than autograd; the
 # 16-bit rows allow one rounding of the result. Every checker compares values with these.
@@ -591,11 +601,6 @@ def _value_report(m: Mapping[str, Any], rtol: float, atol: float) -> str:
     )
 
 
-def _mistake_items(mistakes: Mapping) -> list[tuple[str, str, Any]]:
-    """``(id, hint, value)`` for each entry of ``{Mistake: value}``."""
-    return [(m.id, m.hint, value) for m, value in mistakes.items()]
-
-
 def compare(
     got: Any,
     expected: torch.Tensor,
@@ -605,14 +610,16 @@ def compare(
     context: Mapping | None = None,
     mistakes: Mapping[Mistake, Any] | None = None,
     check_dtype: bool = True,
+    nonfinite: Mistake | None = None,
 ) -> None:
     """Raise ExerciseError unless ``got`` matches ``expected``: type, then shape, dtype, values.
 
     ``mistakes`` maps a :class:`Mistake` to the value it gives on the same input; if ``got``
-    matches one of them, that mistake is the one named.
+    matches one of them, that mistake is the one named. ``nonfinite`` names the slip behind an
+    inf or NaN that none of them explains (typically an overflowing formula).
     """
     context = dict(context or {})
-    known = _mistake_items(mistakes or {})
+    known = [(m.id, m.hint, value) for m, value in (mistakes or {}).items()]
     head = f"{what} is wrong for {label}."
     if not isinstance(got, torch.Tensor):
         extra = ""
@@ -634,14 +641,10 @@ def compare(
         )
     got_values = got.detach()
     if not torch.isfinite(got_values).all() and torch.isfinite(expected).all():
-        found = _matching_mistake(got_values, known, rtol, atol)
-        raise ExerciseError(
-            "not-finite",
-            head,
-            detail="Your result contains inf or NaN where the reference is finite.",
-            hint=found[1] if found else None,
-            mistake=found[0] if found else None,
-        )
+        found = _matching_mistake(got_values, known, rtol, atol) or (nonfinite and (nonfinite.id, nonfinite.hint))
+        mistake, hint = found or (None, None)
+        detail = "Your result contains inf or NaN where the reference is finite."
+        raise ExerciseError("not-finite", head, detail=detail, hint=hint, mistake=mistake)
     if torch.allclose(got_values.double(), expected.double(), rtol=rtol, atol=atol):
         return
     measured = _measure(got_values, expected)
@@ -676,43 +679,42 @@ def check_function(
     check_dtype: bool = True,
     error_hints: str | Mapping[str, str] | None = None,
     off_limits: OffLimits = OffLimits(),
+    nonfinite: Mistake | None = None,
+    outputs: Sequence[str] | None = None,
 ) -> None:
     """Run ``fn`` (through :class:`LearnerCall`) and ``reference`` on every case and compare; print ✓ or raise.
 
     Both get their own copies of the inputs, so a learner's in-place change cannot alter the
-    reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip.
+    reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip;
+    ``nonfinite`` names the slip behind an unexplained inf or NaN (see :func:`compare`).
+    ``outputs``: see :func:`check_function_outputs`.
     """
     learner = LearnerCall(fn, name, off_limits, error_hints)
+    several = outputs is not None
     for case in cases:
-        expected = reference(*_clone(case.args))
-        got = learner.on(case.label)(*_clone(case.args))
-        wrong = {m: m.compute(*_clone(case.args)) for m in mistakes}
-        compare(
-            got,
-            expected,
-            what=f"`{name}`",
-            label=case.label,
-            context=case.context,
-            mistakes=wrong,
-            check_dtype=check_dtype,
-        )
+        expected = reference(*clones(case.args))
+        got = learner.on(case.label)(*clones(case.args))
+        if several:
+            expected, got = tuple(expected), as_outputs(got, tuple(outputs), name)
+        wrong = {m: m.compute(*clones(case.args)) for m in mistakes}
+        for i, output in enumerate(outputs or (None,)):
+            compare(
+                got[i] if several else got,
+                expected[i] if several else expected,
+                what=f"`{output}` from `{name}`" if several else f"`{name}`",
+                label=case.label,
+                context=case.context,
+                mistakes={m: tuple(values)[i] if several else values for m, values in wrong.items()},
+                check_dtype=check_dtype,
+                nonfinite=nonfinite,
+            )
     plural = "s" if len(cases) != 1 else ""
-    passed(f"{name} matches the reference on {len(cases)} input{plural}")
+    shown = f" (outputs {', '.join(outputs)})" if several else ""
+    passed(f"{name} matches the reference on {len(cases)} input{plural}{shown}")
 
 
-def check_function_outputs(
-    fn: Callable,
-    reference: Callable,
-    cases: Sequence[Case],
-    *,
-    name: str,
-    outputs: Sequence[str],
-    mistakes: Sequence[Mistake] = (),
-    error_hints: str | Mapping[str, str] | None = None,
-    check_dtype: bool = True,
-    off_limits: OffLimits = OffLimits(),
-) -> None:
-    """Like :func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``.
+def check_function_outputs(fn: Callable, reference: Callable, cases: Sequence[Case], **options: Any) -> None:
+    """:func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``: ``outputs=`` names them.
 
     Each output is compared on its own, so the message names the wrong one. A :class:`Mistake`'s
     ``compute`` returns the whole wrong tuple.
@@ -722,24 +724,7 @@ def check_function_outputs(
     >>> check_function_outputs(lambda x: (x, 2 * x), lambda x: (x, x + x), cases, name="pair", outputs=("a", "b"))
     ✓ pair matches the reference on 1 input (outputs a, b)
     """
-    outputs = tuple(outputs)
-    learner = LearnerCall(fn, name, off_limits, error_hints)
-    for case in cases:
-        expected = tuple(reference(*_clone(case.args)))
-        got = as_outputs(learner.on(case.label)(*_clone(case.args)), outputs, name)
-        wrong = {m: tuple(m.compute(*_clone(case.args))) for m in mistakes}
-        for i, output in enumerate(outputs):
-            compare(
-                got[i],
-                expected[i],
-                what=f"`{output}` from `{name}`",
-                label=case.label,
-                context=case.context,
-                mistakes={m: values[i] for m, values in wrong.items()},
-                check_dtype=check_dtype,
-            )
-    plural = "s" if len(cases) != 1 else ""
-    passed(f"{name} matches the reference on {len(cases)} input{plural} (outputs {', '.join(outputs)})")
+    check_function(fn, reference, cases, **options)
 
 
 def as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
@@ -757,7 +742,8 @@ def as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
     return tuple(got)
 
 
-def _clone(args: tuple) -> tuple:
+def clones(args: Sequence) -> tuple:
+    """Detached copies of the tensors among ``args`` (the rest as they are): inputs no call can change."""
     return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
 
 
