@@ -21,6 +21,7 @@ chapter, cell and paragraph, and :func:`translate_notebook` refuses to build a c
 from __future__ import annotations
 
 import copy
+import datetime
 import difflib
 import re
 from collections.abc import Callable, Iterator
@@ -31,7 +32,14 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
 LANGUAGES = {"zh": "简体中文"}
-CATALOG = "translations/{lang}/chapters.po"  # relative to the repository root
+CATALOG = "translations/{lang}/{chapter}.po"  # one catalog per chapter, relative to the repository root
+
+HEADER = (
+    "# The Chinese edition of Autograd Lab: one message per paragraph of solutions/ (the one source).\n"
+    "# python -m autogradlab.release.translation update   brings it in step; check   lists what needs work.\n"
+    "# Terms follow translations/glossary.tsv."
+)
+_EPOCH = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LIST = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)(.*)$")
@@ -197,7 +205,10 @@ def update_catalog(catalog: Catalog, notebooks: dict[str, object]) -> Catalog:
     """
     fresh = template(notebooks)
     fresh.locale, fresh.project = catalog.locale, catalog.project
-    fresh.mime_headers = catalog.mime_headers if catalog.locale else fresh.mime_headers
+    # a stable header: an update that changes no unit leaves the file as it was
+    fresh.creation_date = fresh.revision_date = _EPOCH
+    fresh.header_comment = HEADER
+    fresh.language_team = fresh.last_translator = "Autograd Lab"
     by_context: dict[str | None, dict[str, object]] = {}
     for message in catalog:
         if message.id:
@@ -254,8 +265,52 @@ def translate_notebook(nb, chapter: str, catalog: Catalog):
     return out
 
 
+def catalog_path(root: Path, lang: str, chapter: str) -> Path:
+    """Where chapter ``chapter``'s catalog for ``lang`` lives."""
+    return root / CATALOG.format(lang=lang, chapter=chapter)
+
+
+def solution_notebooks(root: Path) -> dict[str, object]:
+    """``{chapter: notebook}`` for every solution notebook (the one source)."""
+    import nbformat
+
+    return {p.stem: nbformat.read(p, as_version=4) for p in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m autogradlab.release.translation update|check [--lang zh]``.
+
+    ``update`` brings every chapter's catalog in step with solutions/ (new units empty, edited ones fuzzy);
+    ``check`` lists every missing or stale unit and fails when there is one.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m autogradlab.release.translation")
+    parser.add_argument("command", choices=("update", "check"))
+    parser.add_argument("--lang", default="zh", choices=sorted(LANGUAGES))
+    parser.add_argument("--root", type=Path, default=Path.cwd())
+    args = parser.parse_args(argv)
+    notebooks = solution_notebooks(args.root)
+    found = []
+    for chapter, nb in notebooks.items():
+        path = catalog_path(args.root, args.lang, chapter)
+        catalog = read_catalog(path, args.lang)
+        if args.command == "update":
+            catalog = update_catalog(catalog, {chapter: nb})
+            write_catalog(catalog, path)
+        found += problems(catalog, {chapter: nb})
+    for line in found:
+        print(line, file=sys.stderr)
+    units_total = sum(len(units(c.source)) for nb in notebooks.values() for c in nb.cells if c.cell_type == "markdown")
+    print(f"translation ({args.lang}): {units_total - len(found)} of {units_total} units current")
+    return 1 if found and args.command == "check" else 0
+
+
 __all__ = [
     "CATALOG",
+    "catalog_path",
+    "solution_notebooks",
     "LANGUAGES",
     "Unit",
     "problems",
@@ -267,3 +322,7 @@ __all__ = [
     "update_catalog",
     "write_catalog",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
