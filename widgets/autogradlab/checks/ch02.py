@@ -15,15 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import (
-    Case,
-    ExerciseError,
-    Mistake,
-    OffLimits,
-    Routine,
-    check_function_outputs,
-    seeded,
-)
+from autogradlab.checks.core import Case, Mistake, OffLimits, Routine, check_function, mistakes, seeded
 
 # aten's own backward kernels compute these exercises' answers in one call.
 _ATEN_BACKWARDS = tuple(
@@ -113,9 +105,9 @@ _CROSS_ENTROPY_HINTS = {
     "global-max": "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).",
     "log-of-softmax": "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).",
 }
-CROSS_ENTROPY_MISTAKES = tuple(
-    Mistake(key, _CROSS_ENTROPY_HINTS[key], compute)
-    for key, compute in {
+CROSS_ENTROPY_MISTAKES = mistakes(
+    _CROSS_ENTROPY_HINTS,
+    {
         "no-mean": lambda z, y: _softmax_ce(z, y, mean=False),
         "no-onehot": lambda z, y: _softmax_ce(z, y, onehot=False),
         "softmax-dim": lambda z, y: _softmax_ce(z, y, softmax_dim=0),
@@ -124,7 +116,7 @@ CROSS_ENTROPY_MISTAKES = tuple(
         "exp-overflow": lambda z, y: _softmax_ce(z, y, shift="none"),
         "global-max": lambda z, y: _softmax_ce(z, y, shift="global"),
         "log-of-softmax": lambda z, y: _softmax_ce(z, y, log_of_softmax=True),
-    }.items()
+    },
 )
 
 
@@ -144,24 +136,20 @@ def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
     >>> check_softmax_cross_entropy(stable)
     ✓ softmax_cross_entropy matches the reference on 4 inputs (outputs loss, dz)
     """
-    try:
-        check_function_outputs(
-            softmax_cross_entropy,
-            _cross_entropy_reference,
-            _cross_entropy_cases(),
-            name="softmax_cross_entropy",
-            outputs=("loss", "dz"),
-            mistakes=CROSS_ENTROPY_MISTAKES,
-            error_hints={
-                "size_mismatch": "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against "
-                "z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
-            },
-            off_limits=_SOFTMAX_OFF,
-        )
-    except ExerciseError as error:
-        if error.kind == "not-finite" and error.mistake is None:
-            raise error.but(hint=_OVERFLOW, mistake="overflow") from None
-        raise
+    check_function(
+        softmax_cross_entropy,
+        _cross_entropy_reference,
+        _cross_entropy_cases(),
+        name="softmax_cross_entropy",
+        outputs=("loss", "dz"),
+        mistakes=CROSS_ENTROPY_MISTAKES,
+        error_hints={
+            "size_mismatch": "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against "
+            "z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
+        },
+        off_limits=_SOFTMAX_OFF,
+        nonfinite=Mistake("overflow", _OVERFLOW),
+    )
 
 
 # --------------------------------------------------------------------------- LayerNorm
@@ -195,94 +183,43 @@ def _layernorm_cases() -> list[Case]:
     return cases
 
 
-def _layernorm_manual(
-    x,
-    gamma,
-    beta,
-    G,
-    eps,
-    *,
-    mean_term=True,
-    variance_term=True,
-    gamma_in_dx=True,
-    correction=0,
-    eps_at="inside",
-    variance_sign=-1,
-    dgamma="right",
-    dbeta_mean=False,
-):
+def _layernorm_manual(x, gamma, beta, G, eps, slip=""):
+    """(dx, dgamma, dbeta) by hand; ``slip`` (a key of ``_LAYERNORM_HINTS``) makes that typical mistake."""
+    eps = 1e-5 if slip == "fixed-eps" else eps
     mu = x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True, correction=correction)
-    std = {"inside": (var + eps).sqrt(), "none": var.sqrt(), "outside": var.sqrt() + eps}[eps_at]
+    var = x.var(-1, keepdim=True, correction=int(slip == "unbiased-var"))
+    std = {"no-eps": var.sqrt(), "eps-outside": var.sqrt() + eps}.get(slip, (var + eps).sqrt())
     xhat = (x - mu) / std
-    g = G * gamma if gamma_in_dx else G
+    g = G if slip == "no-gamma" else G * gamma
     dx = g
-    if mean_term:
+    if slip not in ("no-mean-path", "constant-stats"):
         dx = dx - g.mean(-1, keepdim=True)
-    if variance_term:
-        dx = dx + variance_sign * xhat * (g * xhat).mean(-1, keepdim=True)
-    dx = dx / std
+    if slip not in ("no-variance-path", "constant-stats"):
+        dx = dx + (1 if slip == "variance-sign" else -1) * xhat * (g * xhat).mean(-1, keepdim=True)
     lead = tuple(range(x.dim() - 1))
-    dgamma_value = {"right": (G * xhat).sum(lead), "no xhat": G.sum(lead), "dim 0": (G * xhat).sum(0)}[dgamma]
-    dbeta = G.mean(lead) if dbeta_mean else G.sum(lead)
-    return dx, dgamma_value, dbeta
+    dgamma = {"dgamma-no-xhat": G.sum(lead), "dgamma-dim-0": (G * xhat).sum(0)}.get(slip, (G * xhat).sum(lead))
+    return dx / std, dgamma, G.mean(lead) if slip == "dbeta-mean" else G.sum(lead)
 
 
-def _ln(mistake: str, hint: str, **options) -> Mistake:
-    return Mistake(mistake, hint, lambda *args: _layernorm_manual(*args, **options))
-
-
-LAYERNORM_MISTAKES = (
-    _ln(
-        "no-variance-path",
-        "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ "
-        "and add the gradient that flows back along that path.",
-        variance_term=False,
-    ),
-    _ln(
-        "no-mean-path",
-        "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the "
-        "gradient that flows back through μ.",
-        mean_term=False,
-    ),
-    _ln(
-        "constant-stats",
-        "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.",
-        mean_term=False,
-        variance_term=False,
-    ),
-    _ln("no-gamma", "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.", gamma_in_dx=False),
-    _ln("variance-sign", "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).", variance_sign=+1),
-    _ln(
-        "unbiased-var",
-        "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
-        "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
-        correction=1,
-    ),
-    _ln("no-eps", "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.", eps_at="none"),
-    Mistake(
-        "fixed-eps",
-        "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.",
-        lambda x, gamma, beta, G, eps: _layernorm_manual(x, gamma, beta, G, 1e-5),
-    ),
-    _ln(
-        "eps-outside", "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.", eps_at="outside"
-    ),
-    _ln(
-        "dgamma-no-xhat",
-        "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).",
-        dgamma="no xhat",
-    ),
-    _ln(
-        "dgamma-dim-0",
-        "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.",
-        dgamma="dim 0",
-    ),
-    _ln(
-        "dbeta-mean",
-        "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.",
-        dbeta_mean=True,
-    ),
+_LAYERNORM_HINTS = {
+    "no-variance-path": "dx misses the path through the variance: σ depends on every x of the row too. Follow "
+    "x → var → σ → x̂ and add the gradient that flows back along that path.",
+    "no-mean-path": "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). "
+    "Add the gradient that flows back through μ.",
+    "constant-stats": "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.",
+    "no-gamma": "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.",
+    "variance-sign": "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).",
+    "unbiased-var": "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
+    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
+    "no-eps": "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.",
+    "fixed-eps": "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.",
+    "eps-outside": "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.",
+    "dgamma-no-xhat": "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).",
+    "dgamma-dim-0": "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.",
+    "dbeta-mean": "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.",
+}
+LAYERNORM_MISTAKES = mistakes(
+    _LAYERNORM_HINTS, {slip: lambda *args, slip=slip: _layernorm_manual(*args, slip) for slip in _LAYERNORM_HINTS}
 )
 
 
@@ -293,7 +230,7 @@ def check_layernorm_backward(layernorm_backward) -> None:
     >>> check_layernorm_backward(_layernorm_manual)
     ✓ layernorm_backward matches the reference on 4 inputs (outputs dx, dgamma, dbeta)
     """
-    check_function_outputs(
+    check_function(
         layernorm_backward,
         _layernorm_reference,
         _layernorm_cases(),
