@@ -13,7 +13,18 @@ from __future__ import annotations
 import torch
 
 from autogradlab import torch_internals as internals
-from autogradlab.checks.core import Case, ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, passed, seeded
+from autogradlab.checks.core import (
+    Case,
+    ExerciseError,
+    LearnerCall,
+    OffLimits,
+    close,
+    compare,
+    mistakes,
+    named,
+    passed,
+    seeded,
+)
 from autogradlab.checks.node_runs import NodeRuns
 from autogradlab.models.dynamic_graph import routed_forward
 
@@ -74,20 +85,15 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
     for case in _routed_cases():
         got = learner.on(case.label)(*case.args)
         if not isinstance(got, (set, frozenset)) or not got <= set(_PARAM_HINTS):
-            raise ExerciseError(
-                "type",
-                f"`params_that_get_grad` returned {got!r} for {case.label}.",
-                hint="return a set of names among 'a', 'b', 'c', 'd', such as {'a', 'b'}: a set has no order and no repeats.",
+            hint = (
+                "return a set of names among 'a', 'b', 'c', 'd', such as {'a', 'b'}: a set has no order and no repeats."
             )
+            raise ExerciseError("type", f"`params_that_get_grad` returned {got!r} for {case.label}.", hint=hint)
         truth = _with_grad(*case.args)
         if got != truth:
             mistake, hint = next(_PARAM_HINTS[n] for n in _PARAM_HINTS if n in got ^ truth)
-            raise ExerciseError(
-                "value",
-                f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}.",
-                hint=hint,
-                mistake=mistake,
-            )
+            summary = f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}."
+            raise ExerciseError("value", summary, hint=hint, mistake=mistake)
     passed("params_that_get_grad is right on 5 inputs")
 
 
@@ -113,14 +119,14 @@ _SCALED_GRADIENT_HINTS = {
     "mean-and-std-cut": "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path x -> output is in the graph.",
     "clamp-hidden": "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
 }
-SCALED_GRADIENT_MISTAKES = tuple(
-    Mistake(key, _SCALED_GRADIENT_HINTS[key], compute)
-    for key, compute in {
+SCALED_GRADIENT_MISTAKES = mistakes(
+    _SCALED_GRADIENT_HINTS,
+    {
         "mean-cut": lambda x, t: _scaled(x, t, mean=False),
         "std-cut": lambda x, t: _scaled(x, t, std=False),
         "mean-and-std-cut": lambda x, t: _scaled(x, t, mean=False, std=False),
         "clamp-hidden": lambda x, t: _scaled(x, t, clamp="hidden"),
-    }.items()
+    },
 )
 
 _SCALED_VALUE_HINTS = {
@@ -129,14 +135,14 @@ _SCALED_VALUE_HINTS = {
     "times-temperature": "divide by the temperature, not multiply.",
     "clamped-x": "clamp the standardised scores, not x itself.",
 }
-SCALED_VALUE_MISTAKES = tuple(
-    Mistake(key, _SCALED_VALUE_HINTS[key], compute)
-    for key, compute in {
+SCALED_VALUE_MISTAKES = mistakes(
+    _SCALED_VALUE_HINTS,
+    {
         "no-clamp": lambda x, t: _scaled(x, t, clamp="none"),
         "biased-std": lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
         "times-temperature": lambda x, t: _scaled(x, t) * t * t,
         "clamped-x": lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
-    }.items()
+    },
 )
 
 
@@ -161,8 +167,8 @@ def _grads(fn, x, t, weights):
 
 
 _CUT_HINTS = {
-    "x": "something between x and the output leaves the graph: here the clamp under `no_grad` returns a tensor with no history",
-    "the temperature": "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)",
+    "cut-x": "something between x and the output leaves the graph: here the clamp under `no_grad` returns a tensor with no history.",
+    "cut-temperature": "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`).",
 }
 
 
@@ -180,24 +186,16 @@ def check_scaled_scores(scaled_scores) -> None:
         wrong = {m: m.compute(x, t) for m in SCALED_VALUE_MISTAKES}
         compare(got, _scaled(x, t), what="The value of `scaled_scores`", label=case.label, mistakes=wrong)
         if got.grad_fn is None:
-            raise ExerciseError(
-                "contract",
-                f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was cut after the "
-                "last operation, so no gradient reaches x or the temperature.",
-                mistake="no-graph",
-            )
+            summary = f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was cut after the last operation, so no gradient reaches x or the temperature."
+            raise ExerciseError("contract", summary, mistake="no-graph")
         weights = torch.randn(x.shape, generator=seeded(200 + i), dtype=x.dtype)
         got_grads = torch.autograd.grad((got * weights).sum(), (lx, lt), allow_unused=True)
         right = _grads(_scaled, x, t, weights)
         wrong = {m: _grads(m.compute, x, t, weights) for m in SCALED_GRADIENT_MISTAKES}
         for k, name in enumerate(("x", "the temperature")):
             if got_grads[k] is None:
-                raise ExerciseError(
-                    "contract",
-                    f"No gradient reaches {name} through `scaled_scores` for {case.label}.",
-                    hint=_CUT_HINTS[name] + ".",
-                    mistake=f"cut-{name.split()[-1]}",
-                )
+                summary = f"No gradient reaches {name} through `scaled_scores` for {case.label}."
+                raise named(f"cut-{name.split()[-1]}", summary, _CUT_HINTS)
             compare(
                 got_grads[k].reshape(right[k].shape),
                 right[k],
@@ -328,28 +326,24 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
                 box[nr] = g if box[nr] is None or not sum_ else box[nr] + g
 
 
-_ORDER_HINT = (
-    "a node ran before all of its gradient had arrived: a node must wait until every node that feeds it "
-    "(every consumer of its forward output) has run. Count each node's consumers first and run it when the "
-    "count reaches zero (a topological order); a plain DFS or BFS over next_functions is not enough."
-)
-
-SWEEP_MISTAKES = (  # (id, hint, the slip as options of _sweep)
-    ("order", _ORDER_HINT, {"order": "bfs"}),
-    ("order", _ORDER_HINT, {"order": "dfs"}),
-    (
-        "not-summed",
-        "a node that receives gradients along several edges kept only one of them: sum every gradient that "
-        "arrives for the same (node, input_nr) before calling the node.",
-        {"sum_": False},
-    ),
-    (
-        "overwrote-grad",
-        "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds (here 0.5 from "
-        "an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the AccumulateGrad "
-        "node itself, which does that.",
-        {"accumulate": False},
-    ),
+_SWEEP_HINTS = {  # mistake id: hint, for what a sweep leaves behind (None: no known slip matched)
+    "order": "a node ran before all of its gradient had arrived: a node must wait until every node that feeds it (every consumer of its forward output) has run. Count each node's consumers first and run it when the count reaches zero (a topological order); a plain DFS or BFS over next_functions is not enough.",
+    "not-summed": "a node that receives gradients along several edges kept only one of them: sum every gradient that arrives for the same (node, input_nr) before calling the node.",
+    "overwrote-grad": "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds (here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the AccumulateGrad node itself, which does that.",
+    "changed-leaf": "backward() only writes .grad; the leaves themselves (parameters, inputs) stay as they are.",
+    "node-ran-twice": "do not call a node once per edge that reaches it; collect (sum) all its gradients first, then call it once.",
+    "grad-has-graph": "calling a node with grad mode on records the backward computation, as backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad().",
+    "expanded-grad": "backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or store a clone.",
+    "shared-grad": "an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone.",
+    "grad-missing": "every leaf that requires grad is reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient into `.grad` (or call the AccumulateGrad node).",
+    None: "check that a node runs only after every node that feeds it has run, and that gradients arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward().",
+}
+# The slips a wrong .grad is compared with, as options of _sweep: (mistake id, options).
+SWEEP_MISTAKES = (
+    ("order", {"order": "bfs"}),
+    ("order", {"order": "dfs"}),
+    ("not-summed", {"sum_": False}),
+    ("overwrote-grad", {"accumulate": False}),
 )
 
 _SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
@@ -416,51 +410,26 @@ def _check_sweep(label, build, leaves, values, most_runs, reference) -> None:
     """What a sweep must leave behind: the leaves unchanged, each node run once, the right ``.grad``, no graph, no sharing."""
     if any(not torch.equal(leaf.detach(), values[name]) for name, leaf in leaves.items()):
         raise ExerciseError(
-            "changed-input",
-            f"Your sweep changed the values of a leaf on {label}.",
-            hint="backward() only writes .grad; the leaves themselves (parameters, inputs) stay as they are.",
+            "changed-input", f"Your sweep changed the values of a leaf on {label}.", hint=_SWEEP_HINTS["changed-leaf"]
         )
     if most_runs > 1:
-        raise ExerciseError(
-            "contract",
-            f"A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} "
-            "times; backward() runs every node exactly once).",
-            hint="do not call a node once per edge that reaches it; collect (sum) all its gradients first, then call it once.",
-            mistake="node-ran-twice",
-        )
+        summary = f"A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} times; backward() runs every node exactly once)."
+        raise named("node-ran-twice", summary, _SWEEP_HINTS)
     wrong = _same_grads(leaves, reference)
     if wrong:
         raise _wrong_grads(label, build, leaves, reference, wrong[0])
     owners: dict[int, str] = {}
-    for name, leaf in leaves.items():
-        g = leaf.grad
-        if g is None:
-            continue
-        if g.requires_grad:
-            raise ExerciseError(
-                "contract",
-                f"{name}.grad carries a graph of its own (grad_fn={g.grad_fn and g.grad_fn.name()}) after your sweep on {label}.",
-                hint="calling a node with grad mode on records the backward computation, as "
-                "backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad().",
-                mistake="grad-has-graph",
-            )
-        if any(stride == 0 and size > 1 for stride, size in zip(g.stride(), g.shape)):
-            raise ExerciseError(
-                "contract",
-                f"{name}.grad after your sweep on {label} is an expanded view (strides {g.stride()}): many elements "
-                "share one memory location, so in-place updates such as clip_grad_norm_ fail on it.",
-                hint="backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or store a clone.",
-                mistake="expanded-grad",
-            )
+    for name, g in ((name, leaf.grad) for name, leaf in leaves.items() if leaf.grad is not None):
         ptr = g.untyped_storage().data_ptr()
+        if g.requires_grad:
+            summary = f"{name}.grad carries a graph of its own (grad_fn={g.grad_fn and g.grad_fn.name()}) after your sweep on {label}."
+            raise named("grad-has-graph", summary, _SWEEP_HINTS)
+        if any(stride == 0 and size > 1 for stride, size in zip(g.stride(), g.shape)):
+            summary = f"{name}.grad after your sweep on {label} is an expanded view (strides {g.stride()}): many elements share one memory location, so in-place updates such as clip_grad_norm_ fail on it."
+            raise named("expanded-grad", summary, _SWEEP_HINTS)
         if ptr in owners:
-            raise ExerciseError(
-                "contract",
-                f"{owners[ptr]}.grad and {name}.grad are the same memory after your sweep on {label}: a node "
-                "(AddBackward0 here) can return one tensor for several inputs, and you stored it twice.",
-                hint="an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone.",
-                mistake="shared-grad",
-            )
+            summary = f"{owners[ptr]}.grad and {name}.grad are the same memory after your sweep on {label}: a node (AddBackward0 here) can return one tensor for several inputs, and you stored it twice."
+            raise named("shared-grad", summary, _SWEEP_HINTS)
         owners[ptr] = name
 
 
@@ -472,22 +441,15 @@ def _wrong_grads(label, build, leaves, reference, name) -> ExerciseError:
             "value", f"{head}: backward() leaves it None (it needs no gradient), you set it.", mistake="grad-set"
         )
     if got is None:
-        return ExerciseError(
-            "value",
-            f"{head}: it is None, but backward() gives it a gradient.",
-            hint="every leaf that requires grad is reached through an AccumulateGrad node: its `.variable` is the "
-            "leaf; add the arriving gradient into `.grad` (or call the AccumulateGrad node).",
-            mistake="grad-missing",
-        )
+        return named("grad-missing", f"{head}: it is None, but backward() gives it a gradient.", _SWEEP_HINTS, "value")
     measured = {"max_abs_error": float((got.double() - right.double()).abs().max())}
     head += f" (max |error| {measured['max_abs_error']:.3g})."
-    for mistake, hint, options in SWEEP_MISTAKES:
-        if not _same_grads(leaves, _grads_after(build, lambda out, options=options: _sweep(out, **options))):
-            return ExerciseError("value", head, hint=hint, mistake=mistake, measured=measured)
-    return ExerciseError(
-        "value",
-        head,
-        hint="check that a node runs only after every node that feeds it has run, and that gradients arriving for "
-        "the same (node, input_nr) are summed. Print each node and what arrives, next to backward().",
-        measured=measured,
+    mistake = next(
+        (
+            m
+            for m, options in SWEEP_MISTAKES
+            if not _same_grads(leaves, _grads_after(build, lambda out, options=options: _sweep(out, **options)))
+        ),
+        None,
     )
+    return ExerciseError("value", head, hint=_SWEEP_HINTS[mistake], mistake=mistake, measured=measured)
