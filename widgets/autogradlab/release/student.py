@@ -137,11 +137,11 @@ def _add_tag(cell, tag: str) -> None:
         tags.append(tag)
 
 
-def student_notebook(solution_nb, notebook: str, *, launch: bool = True):
+def student_notebook(solution_nb, notebook: str, *, launch: bool = True, lang: str = "en"):
     """Return the student version of ``solution_nb`` (the input is not modified).
 
     With ``launch`` (the default), the chapter also gets its Colab/Kaggle/Binder badges
-    and the setup cell (:mod:`autogradlab.release.launch`).
+    and the setup cell of the ``lang`` edition (:mod:`autogradlab.release.launch`).
     """
     validate(solution_nb, notebook)
     nb = copy.deepcopy(solution_nb)
@@ -169,7 +169,7 @@ def student_notebook(solution_nb, notebook: str, *, launch: bool = True):
             _add_tag(cell, EXPECTS_ERROR_TAG)
     _pictures_only(nb)
     if launch and nb.cells:
-        add_launch_cells(nb, notebook.rsplit("/", 1)[-1])
+        add_launch_cells(nb, notebook.rsplit("/", 1)[-1], lang)
     return nb
 
 
