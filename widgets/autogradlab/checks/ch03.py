@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,7 +33,9 @@ from autogradlab.checks.core import (
     Routine,
     autograd_routines,
     check_function,
+    clones,
     compare,
+    mistakes,
     passed,
     seeded,
 )
@@ -76,8 +79,14 @@ def _bytes_of(args) -> int:
     return max((t.untyped_storage().nbytes() for t in tree_leaves(args) if isinstance(t, torch.Tensor)), default=0)
 
 
-def _clone(args: tuple) -> tuple:
-    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+def _watched(footprint: _Footprint, call: Callable, *args) -> Any:
+    """``call(*args)`` under ``footprint``: an error the budget raised inside the learner's code is the footprint's to report."""
+    try:
+        with footprint:
+            return call(*args)
+    except ExerciseError as error:
+        if error.kind == "off-limits" or not footprint.exceeded:
+            raise
 
 
 # An answer needs tensors the size of its inputs and output, a few at a time (an upcast
@@ -91,21 +100,12 @@ def _check_vjp(fn, reference, cases, large: Case, *, name, what_not, mistakes, e
     off_limits = OffLimits(autograd=True, no_graph=True, routines=refused, why=_BY_HAND)
     needed = max(_bytes_of(large.args), _bytes_of(reference(*large.args)))
     footprint = _Footprint(max_bytes=_SIZE_SLACK * needed)
-    try:
-        with footprint:
-            LearnerCall(fn, name, off_limits, error_hints).on(large.label)(*_clone(large.args))
-    except ExerciseError as error:
-        if error.kind == "off-limits" or not footprint.exceeded:
-            raise
+    _watched(footprint, LearnerCall(fn, name, off_limits, error_hints).on(large.label), *clones(large.args))
     if footprint.exceeded:
-        raise ExerciseError(
-            "contract",
-            f"`{name}` built {what_not} for {large.label}: it created a tensor of {format_bytes(footprint.largest)}, "
-            f"while its inputs and output take at most {format_bytes(needed)} each.",
-            hint=f"a VJP rule never needs J: {no_j}",
-            mistake="built-jacobian",
-            measured={"largest_bytes": footprint.largest, "needed_bytes": needed},
-        )
+        summary = f"`{name}` built {what_not} for {large.label}: it created a tensor of {format_bytes(footprint.largest)}, while its inputs and output take at most {format_bytes(needed)} each."
+        measured = {"largest_bytes": footprint.largest, "needed_bytes": needed}
+        hint = f"a VJP rule never needs J: {no_j}"
+        raise ExerciseError("contract", summary, hint=hint, mistake="built-jacobian", measured=measured)
     check_function(
         fn,
         reference,
@@ -191,9 +191,9 @@ _SOFTMAX_HINTS = {
     "second-term-without-y": "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.",
     "first-term-without-y": "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.",
 }
-SOFTMAX_MISTAKES = tuple(
-    Mistake(key, _SOFTMAX_HINTS[key], compute)
-    for key, compute in {
+SOFTMAX_MISTAKES = mistakes(
+    _SOFTMAX_HINTS,
+    {
         "diagonal-only": lambda y, v, dim: y * v,
         "sum-over-all": lambda y, v, dim: y * (v - (v * y).sum()),
         "last-dim": lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
@@ -201,7 +201,7 @@ SOFTMAX_MISTAKES = tuple(
         "unweighted-sum": lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
         "second-term-without-y": lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
         "first-term-without-y": lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
-    }.items()
+    },
 )
 
 
@@ -294,9 +294,9 @@ _SUM_TO_SHAPE_HINTS = {
     "reshape-sum": "grad.reshape(-1, *shape).sum(0) regroups elements in memory order: it matches the broadcast only when b's dims are all full size. Sum over the dims where b has size 1 (keepdim=True) instead.",
     "empty-dims": "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, grad is already the answer.",
 }
-SUM_TO_SHAPE_MISTAKES = tuple(
-    Mistake(key, _SUM_TO_SHAPE_HINTS[key], compute)
-    for key, compute in {
+SUM_TO_SHAPE_MISTAKES = mistakes(
+    _SUM_TO_SHAPE_HINTS,
+    {
         "dim-0": lambda grad, shape: grad.sum(0),
         "leading-only": _sum_leading,
         "no-keepdim": _stretched_summed,
@@ -304,7 +304,7 @@ SUM_TO_SHAPE_MISTAKES = tuple(
         "from-the-left": _sum_matched_from_the_left,
         "reshape-sum": lambda grad, shape: grad.reshape(-1, *shape).sum(0),
         "empty-dims": lambda grad, shape: grad.sum(()),
-    }.items()
+    },
 )
 
 
@@ -440,14 +440,14 @@ _HVP_HINTS = {
     "no-cross-terms": "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.",
     "zero-block": f"this block is not zero. Linear in a parameter does not make its block zero: {_ZERO_ONLY_IF}. For Σ p ⊙ q, ∇ₚf = q, so the p-block is v_q.",
 }
-HVP_MISTAKES = tuple(
-    Mistake(key, _HVP_HINTS[key], compute)
-    for key, compute in {
+HVP_MISTAKES = mistakes(
+    _HVP_HINTS,
+    {
         "gradient": lambda f, params, vs: _grads(f, params),
         "gradient-times-v": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
         "zero-block": lambda f, params, vs: [torch.zeros_like(p) for p in params],
         "no-cross-terms": lambda f, params, vs: _two_passes(f, params, vs, cross_terms=False),
-    }.items()
+    },
 )
 
 _HVP_SHORTCUTS = OffLimits(
@@ -491,26 +491,16 @@ def check_hvp(hvp) -> None:
         # Generous: a few extra passes or flat copies pass; n passes or an n × n tensor (n = 2,000) do not.
         footprint = _Footprint(max_bytes=max(8 * yardstick.largest, 64 * 2**10), max_ops=4 * yardstick.ops + 200)
         learner_params, learner_vs = [p.clone() for p in params], [v.clone() for v in vs]
-        try:
-            with footprint:
-                got = learner.on(case.label)(f, learner_params, learner_vs)
-        except ExerciseError as error:
-            if error.kind == "off-limits" or not footprint.exceeded:
-                raise
+        got = _watched(footprint, learner.on(case.label), f, learner_params, learner_vs)
         if footprint.exceeded:
             what = (
                 f"created a tensor of {format_bytes(footprint.largest)}"
                 if footprint.exceeded == "bytes"
                 else f"ran more than {footprint.ops:,} tensor ops"
             )
-            raise ExerciseError(
-                "contract",
-                f"`hvp` {what} for {case.label}; two reverse passes take {yardstick.ops:,} ops and at most "
-                f"{format_bytes(yardstick.largest)} per tensor.",
-                hint="H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar "
-                "Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more.",
-                mistake="built-hessian",
-            )
+            summary = f"`hvp` {what} for {case.label}; two reverse passes take {yardstick.ops:,} ops and at most {format_bytes(yardstick.largest)} per tensor."
+            hint = "H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more."
+            raise ExerciseError("contract", summary, hint=hint, mistake="built-hessian")
         _check_hvp_inputs(params, vs, learner_params, learner_vs, case.label)
         _compare_blocks(got, _hvp_reference(f, params, vs), f, params, vs, case.label)
     passed(f"hvp matches the reference on {len(cases)} inputs")
@@ -518,54 +508,36 @@ def check_hvp(hvp) -> None:
 
 def _check_hvp_inputs(params, vs, learner_params, learner_vs, label) -> None:
     if any(p.requires_grad for p in learner_params):
-        raise ExerciseError(
-            "changed-input",
-            f"`hvp` switched on requires_grad of the tensors it was given, for {label}.",
-            hint="that changes the caller's parameters; work on copies: p.detach().requires_grad_(True).",
-            mistake="requires-grad-switched-on",
-        )
+        hint = "that changes the caller's parameters; work on copies: p.detach().requires_grad_(True)."
+        summary = f"`hvp` switched on requires_grad of the tensors it was given, for {label}."
+        raise ExerciseError("changed-input", summary, hint=hint, mistake="requires-grad-switched-on")
     if not all(torch.equal(a, b.detach()) for a, b in zip([*params, *vs], [*learner_params, *learner_vs])):
-        raise ExerciseError(
-            "changed-input",
-            f"`hvp` changed its input in place for {label}.",
-            hint="an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor.",
-        )
+        hint = "an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor."
+        raise ExerciseError("changed-input", f"`hvp` changed its input in place for {label}.", hint=hint)
 
 
 def _compare_blocks(got, expected, f, params, vs, label) -> None:
     if isinstance(got, torch.Tensor) and len(params) > 1:
+        hint = "return a list with one block of H v per parameter, each shaped like its parameter."
         raise ExerciseError(
-            "type",
-            f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.",
-            hint="return a list with one block of H v per parameter, each shaped like its parameter.",
+            "type", f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.", hint=hint
         )
     got = [got] if isinstance(got, torch.Tensor) else got
     if not isinstance(got, (list, tuple)) or len(got) != len(params):
         length = f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
-        raise ExerciseError(
-            "type",
-            f"`hvp` should return a list of {len(params)} tensor(s) for {label}, one per parameter; "
-            f"it returned {type(got).__name__}{length}.",
-            hint="torch.autograd.grad returns a tuple with one gradient per input: that is the right shape.",
-        )
+        summary = f"`hvp` should return a list of {len(params)} tensor(s) for {label}, one per parameter; it returned {type(got).__name__}{length}."
+        hint = "torch.autograd.grad returns a tuple with one gradient per input: that is the right shape."
+        raise ExerciseError("type", summary, hint=hint)
     wrong = {m: m.compute(f, params, vs) for m in HVP_MISTAKES}
     for i, (block, reference) in enumerate(zip(got, expected)):
         what = f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})"
         if block is None:
-            raise ExerciseError(
-                "type",
-                f"`hvp` returned None for {what} for {label}.",
-                hint="allow_unused=True gives None where the second pass finds no path, here because "
-                f"{_ZERO_ONLY_IF}: that block of H v is truly zero, so return zeros (materialize_grads=True does that).",
-                mistake="none-block",
-            )
+            hint = f"allow_unused=True gives None where the second pass finds no path, here because {_ZERO_ONLY_IF}: that block of H v is truly zero, so return zeros (materialize_grads=True does that)."
+            raise ExerciseError("type", f"`hvp` returned None for {what} for {label}.", hint=hint, mistake="none-block")
         if isinstance(block, torch.Tensor) and block.requires_grad:
-            raise ExerciseError(
-                "contract",
-                f"{what} carries a graph of its own (grad_fn={block.grad_fn and block.grad_fn.name()}) for {label}.",
-                hint="only the first pass needs create_graph=True (its gradient is differentiated again); the "
-                "second pass returns the answer: without create_graph its blocks are plain tensors, and no graph "
-                "of two backward passes stays alive in memory.",
-                mistake="keeps-graph",
+            summary = (
+                f"{what} carries a graph of its own (grad_fn={block.grad_fn and block.grad_fn.name()}) for {label}."
             )
+            hint = "only the first pass needs create_graph=True (its gradient is differentiated again); the second pass returns the answer: without create_graph its blocks are plain tensors, and no graph of two backward passes stays alive in memory."
+            raise ExerciseError("contract", summary, hint=hint, mistake="keeps-graph")
         compare(block, reference, what=what, label=label, mistakes={m: values[i] for m, values in wrong.items()})
