@@ -18,7 +18,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autogradlab.checks.core import BY_HAND, ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, passed
+from autogradlab.checks.core import (
+    BY_HAND,
+    ExerciseError,
+    LearnerCall,
+    Mistake,
+    OffLimits,
+    close,
+    compare,
+    mistakes,
+    named,
+    passed,
+)
 from autogradlab.checks.stateful import run_variants, variants
 from autogradlab.models.debug_cases import (
     CLIP_NORM,
@@ -56,15 +67,12 @@ def _doctor_silent(step: Callable, model, optimizer, batches, hints: dict, scale
         raise raised[0]
     bad = report.errors + report.warnings
     if bad:
-        first = bad[0]
-        others = sorted({f.code for f in bad} - {first.code})
+        first, others = bad[0], sorted({f.code for f in bad} - {bad[0].code})
+        summary = f"the doctor still reports {first.code} at {first.where}" + (
+            f" (also: {', '.join(others)})" if others else ""
+        )
         raise ExerciseError(
-            "doctor",
-            f"the doctor still reports {first.code} at {first.where}"
-            + (f" (also: {', '.join(others)})" if others else ""),
-            detail=first.message,
-            hint=hints.get(first.code, first.fix),
-            mistake=first.code,
+            "doctor", summary, detail=first.message, hint=hints.get(first.code, first.fix), mistake=first.code
         )
 
 
@@ -72,12 +80,8 @@ def _loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tuple[fl
     k = max(1, len(losses) // 4)
     first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
     if not all(math.isfinite(v) for v in losses) or not last < factor * first:
-        raise ExerciseError(
-            "contract",
-            f"the doctor is silent, but the loss does not fall with `{name}`: mean of the first {k} steps {first:.4f}, "
-            f"of the last {k} steps {last:.4f} (expected below {factor:g}× the start).",
-            measured={"first": first, "last": last},
-        )
+        summary = f"the doctor is silent, but the loss does not fall with `{name}`: mean of the first {k} steps {first:.4f}, of the last {k} steps {last:.4f} (expected below {factor:g}× the start)."
+        raise ExerciseError("contract", summary, measured={"first": first, "last": last})
     return first, last
 
 
@@ -94,27 +98,21 @@ def _measure_case(case: Callable) -> tuple[set[str], set[str]]:
     def remember(opt, args, kwargs):
         after_step.update({names[id(p)]: p.detach().clone() for g in opt.param_groups for p in g["params"]})
 
-    handle = optimizer.register_step_post_hook(remember)
     no_grad, overwritten = set(), set()
-    try:
+    with optimizer.register_step_post_hook(remember):
         for batch in batches_of(*stripes(64, seed=0), 32):
             step(batch)
             no_grad |= {n for n, p in model.named_parameters() if p.grad is None}
             overwritten |= {
                 n for n, p in model.named_parameters() if n in after_step and not torch.equal(p, after_step[n])
             }
-    finally:
-        handle.remove()
     return no_grad, overwritten
 
 
 def _names(value: Any, variable: str) -> set[str]:
     if isinstance(value, str) or not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
-        raise ExerciseError(
-            "type",
-            f"`{variable}` should be a list of parameter names as `model.named_parameters()` gives them "
-            f"(e.g. ['head.bias']), got {value!r}.",
-        )
+        summary = f"`{variable}` should be a list of parameter names as `model.named_parameters()` gives them (e.g. ['head.bias']), got {value!r}."
+        raise ExerciseError("type", summary)
     return set(value)
 
 
@@ -126,12 +124,8 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
     ``optimizer.step()`` gave them.
     """
     if not isinstance(hypothesis, str) or len(hypothesis.split()) < 6:
-        raise ExerciseError(
-            "contract",
-            "Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong "
-            "and why it gives this symptom.",
-            mistake="no-hypothesis",
-        )
+        summary = "Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong and why it gives this symptom."
+        raise ExerciseError("contract", summary, mistake="no-hypothesis")
     case = LearnerCall(case_1, "case_1", frozen_inputs=False)
     want_no_grad, want_overwritten = _measure_case(case)
     if not want_no_grad and not want_overwritten:
@@ -143,20 +137,14 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
         "overwritten_1": (
             overwritten,
             want_overwritten,
-            "remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare "
-            "it with its value when the step returns",
+            "remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare it with its value when the step returns",
         ),
     }
     for variable, (got, want, how) in tools.items():
         got = _names(got, variable)
         if got != want:
-            raise ExerciseError(
-                "value",
-                f"`{variable}` does not match what the checker measures on a fresh case_1 "
-                f"({len(got)} name(s) given, {len(want)} measured).",
-                hint=f"measure it: {how}.",
-                mistake=f"{variable}-wrong",
-            )
+            summary = f"`{variable}` does not match what the checker measures on a fresh case_1 ({len(got)} name(s) given, {len(want)} measured)."
+            raise ExerciseError("value", summary, hint=f"measure it: {how}.", mistake=f"{variable}-wrong")
     passed(
         f"your measurements match: no gradient for {sorted(want_no_grad)}, overwritten after the step: "
         f"{sorted(want_overwritten)}. The doctor's view of case_1, as confirmation:"
@@ -167,31 +155,28 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
 
 # --------------------------------------------------------------------------- exercise 1: the repaired forward
 
-FORWARD_MISTAKES = (  # each computes the slip's features from the right ones, f
-    Mistake(
-        "wrong-dim",
-        "normalise each example's feature vector: the norm is over dim=1 (keepdim=True).",
-        lambda f: f / (f.norm(dim=0, keepdim=True) + 1e-6),
-    ),
-    Mistake(
-        "not-normalised",
-        "the features are not normalised: divide each example's features by their L2 norm.",
-        lambda f: f,
-    ),
-    Mistake(
-        "no-keepdim",
-        "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.",
-        lambda f: f / (f.norm() + 1e-6),
-    ),
+_CONVNET_HINTS = {  # mistake id: hint
+    "wrong-dim": "normalise each example's feature vector: the norm is over dim=1 (keepdim=True).",
+    "not-normalised": "the features are not normalised: divide each example's features by their L2 norm.",
+    "no-keepdim": "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.",
+    "no-squeeze": "the logits need shape (N,): squeeze the head's last dimension, .squeeze(1).",
+    "data-write": "the logits are right but the gradients skip the normalisation: a write through `.data` hides the division from autograd. Normalise out of place (f / f.norm(...)).",
+    "no-gradient": "the path from the features to the loss is cut: the log may be detached, the computation not.",
+    "no-log": "keep what self.features(x) returns, as a snapshot, in self.logged.",
+    "log-with-graph": "cut it from the graph (detach) before storing.",
+    "log-normalised": "log what self.features(x) returns, before the normalisation.",
+    "log-is-a-view": "detach() is not a copy: it returns a view of the same storage, with the same version counter, so a later in-place change of the features (a `.data` write included) changes the log too.",
+}
+FORWARD_MISTAKES = mistakes(  # each computes the slip's features from the right ones, f
+    _CONVNET_HINTS,
+    {
+        "wrong-dim": lambda f: f / (f.norm(dim=0, keepdim=True) + 1e-6),
+        "not-normalised": lambda f: f,
+        "no-keepdim": lambda f: f / (f.norm() + 1e-6),
+    },
 )
-NO_SQUEEZE = Mistake("no-squeeze", "the logits need shape (N,): squeeze the head's last dimension, .squeeze(1).")
-
-
-DATA_WRITE = Mistake(
-    "data-write",
-    "the logits are right but the gradients skip the normalisation: a write through `.data` hides the division "
-    "from autograd. Normalise out of place (f / f.norm(...)).",
-)
+NO_SQUEEZE = Mistake("no-squeeze", _CONVNET_HINTS["no-squeeze"])
+DATA_WRITE = Mistake("data-write", _CONVNET_HINTS["data-write"])
 
 
 def _same_shape(got: Any, expected: torch.Tensor) -> bool:
@@ -202,36 +187,20 @@ def _check_logged(model: nn.Module, features: torch.Tensor, values: torch.Tensor
     """`model.logged` must be a snapshot of the features: same ``values``, no graph, its own storage."""
     logged = getattr(model, "logged", None)
     if not isinstance(logged, torch.Tensor):
-        raise ExerciseError(
-            "contract",
-            f"`{name}` should keep the features in `self.logged` (a tensor); found {type(logged).__name__} for {label}.",
-            hint="keep what self.features(x) returns, as a snapshot, in self.logged.",
-            mistake="no-log",
+        summary = (
+            f"`{name}` should keep the features in `self.logged` (a tensor); found {type(logged).__name__} for {label}."
         )
+        raise named("no-log", summary, _CONVNET_HINTS)
     if logged.requires_grad:
-        raise ExerciseError(
-            "contract",
-            f"`self.logged` requires grad for {label}: the log holds the features' graph, and with it every saved "
-            "activation of the step, for as long as it is kept.",
-            hint="cut it from the graph (detach) before storing.",
-            mistake="log-with-graph",
-        )
+        summary = f"`self.logged` requires grad for {label}: the log holds the features' graph, and with it every saved activation of the step, for as long as it is kept."
+        raise named("log-with-graph", summary, _CONVNET_HINTS)
     if logged.shape == values.shape and close(logged, F.normalize(values, dim=1)) and not close(logged, values):
-        raise ExerciseError(
-            "value",
-            f"`self.logged` holds the normalised features for {label}.",
-            hint="log what self.features(x) returns, before the normalisation.",
-            mistake="log-normalised",
+        raise named(
+            "log-normalised", f"`self.logged` holds the normalised features for {label}.", _CONVNET_HINTS, "value"
         )
     compare(logged, values, what="`self.logged`", label=label)
     if logged.untyped_storage().data_ptr() == features.untyped_storage().data_ptr():
-        raise ExerciseError(
-            "contract",
-            f"`self.logged` shares its memory with the features for {label}.",
-            hint="detach() is not a copy: it returns a view of the same storage, with the same version counter, so "
-            "a later in-place change of the features (a `.data` write included) changes the log too.",
-            mistake="log-is-a-view",
-        )
+        raise named("log-is-a-view", f"`self.logged` shares its memory with the features for {label}.", _CONVNET_HINTS)
 
 
 def check_repaired_convnet(cls) -> None:
@@ -265,13 +234,10 @@ def check_repaired_convnet(cls) -> None:
         x, y = x.to(dtype), y.to(dtype)
         label = f"a batch of {n} image(s) in {str(dtype)[6:]} (seed {seed})"
         captured = []  # the features (for their storage) and their values before the forward may change them
-        handle = model.features.register_forward_hook(
+        with model.features.register_forward_hook(
             lambda m, a, out, log=captured: log.append((out, out.detach().clone()))
-        )
-        try:
+        ):
             out = LearnerCall(model, f"{name}.forward", OffLimits(course=(CASE_DATA,), why=why), hints).on(label)(x)
-        finally:
-            handle.remove()
         f = reference.features(x)
         accepted = (reference(x), reference.head(f / (f.norm(dim=1, keepdim=True) + 1e-6)).squeeze(1))
         got = out.detach() if isinstance(out, torch.Tensor) else out
@@ -288,12 +254,8 @@ def check_repaired_convnet(cls) -> None:
             loss = F.binary_cross_entropy_with_logits(out, y)
             grads = torch.autograd.grad(loss, params, allow_unused=True) if out.grad_fn else [None] * len(params)
         except RuntimeError as exc:
-            raise ExerciseError(
-                "raised",
-                f"backward through `{name}` fails for {label}: {exc}",
-                hint=hints.get(error_kind(exc)),
-                mistake=error_kind(exc),
-            ) from None
+            summary = f"backward through `{name}` fails for {label}: {exc}"
+            raise ExerciseError("raised", summary, hint=hints.get(error_kind(exc)), mistake=error_kind(exc)) from None
         straight_through = reference.head(f + (F.normalize(f, dim=1) - f).detach()).squeeze(1)  # `f.data /= ...`
         expected_grads, data_grads = (
             torch.autograd.grad(F.binary_cross_entropy_with_logits(logits, y), params, retain_graph=True)
@@ -304,12 +266,7 @@ def check_repaired_convnet(cls) -> None:
         )
         for (pname, _), g, rg, dg in zip(model.named_parameters(), grads, expected_grads, data_grads):
             if g is None:
-                raise ExerciseError(
-                    "contract",
-                    f"`{pname}` gets no gradient through `{name}` for {label}.",
-                    hint="the path from the features to the loss is cut: the log may be detached, the computation not.",
-                    mistake="no-gradient",
-                )
+                raise named("no-gradient", f"`{pname}` gets no gradient through `{name}` for {label}.", _CONVNET_HINTS)
             compare(g, rg, what=f"the gradient of `{pname}`", label=label, mistakes={DATA_WRITE: dg})
         _check_logged(model, *captured[0], name, label)
     model, optimizer = conv_setup(0, cls)
@@ -326,70 +283,49 @@ def check_repaired_convnet(cls) -> None:
 # --------------------------------------------------------------------------- exercise 2: the AMP step
 
 
-def _amp_variant(clip="after", clamp="head", autocast=torch.float16, zero_grad="start"):
-    """The reference step with one slip (what a learner's step is compared with when it differs)."""
+AMP_SLIP_HINTS = {  # the variants of the reference step: slip -> hint
+    "no-clip": f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.",
+    "always-rescale": f"the gradients are always rescaled to norm {CLIP_NORM}: clip_grad_norm_ only shrinks gradients whose norm is above the threshold and leaves the others alone.",
+    "no-clamp": f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's parameters under torch.no_grad().",
+    "clamp-all": "only the head is constrained: clamp model.head.parameters(), not every parameter.",
+    "fp32": "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).",
+    "bf16": "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler).",
+    "stale-grads": "your step used gradients that were already in .grad when it started (the checker leaves some there, as a validation pass that called backward would): clear them before backward.",
+}
+
+
+def _amp_variant(slip: str):
+    """The reference step with the slip ``slip`` (a key of :data:`AMP_SLIP_HINTS`)."""
+    autocast = {"fp32": None, "bf16": torch.bfloat16}.get(slip, torch.float16)
 
     def step(model, optimizer, scaler, batch, counter):
         x, y = batch
-        if zero_grad == "start":
+        if slip != "stale-grads":
             optimizer.zero_grad()
         with torch.autocast("cpu", dtype=autocast or torch.float16, enabled=autocast is not None):
             loss = F.binary_cross_entropy_with_logits(model(x).float(), y)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
-        if clip == "after":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        elif clip == "rescale":  # always scales the gradient to norm CLIP_NORM
+        if slip == "always-rescale":  # always scales the gradient to norm CLIP_NORM
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
             for p in model.parameters():
                 p.grad.mul_(CLIP_NORM / norm)
+        elif slip != "no-clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
         scaler.step(optimizer)
         scaler.update()
-        if clamp != "none":
+        if slip != "no-clamp":
             with torch.no_grad():
-                for p in model.parameters() if clamp == "all" else model.head.parameters():
+                for p in model.parameters() if slip == "clamp-all" else model.head.parameters():
                     p.clamp_(-HEAD_LIMIT, HEAD_LIMIT)
-        if zero_grad == "end":
+        if slip == "stale-grads":
             optimizer.zero_grad()
         return loss.detach()
 
     return step
 
 
-_AMP_SLIPS = {  # name: (hint, the reference's settings that make the slip)
-    "no-clip": (
-        f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.",
-        {"clip": "none"},
-    ),
-    "always-rescale": (
-        f"the gradients are always rescaled to norm {CLIP_NORM}: clip_grad_norm_ only shrinks "
-        "gradients whose norm is above the threshold and leaves the others alone.",
-        {"clip": "rescale"},
-    ),
-    "no-clamp": (
-        f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's "
-        "parameters under torch.no_grad().",
-        {"clamp": "none"},
-    ),
-    "clamp-all": (
-        "only the head is constrained: clamp model.head.parameters(), not every parameter.",
-        {"clamp": "all"},
-    ),
-    "fp32": (
-        "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).",
-        {"autocast": None},
-    ),
-    "bf16": (
-        "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler).",
-        {"autocast": torch.bfloat16},
-    ),
-    "stale-grads": (
-        "your step used gradients that were already in .grad when it started (the checker leaves some "
-        "there, as a validation pass that called backward would): clear them before backward.",
-        {"zero_grad": "end"},
-    ),
-}
-AMP_VARIANTS = variants(lambda name: _amp_variant(**_AMP_SLIPS[name][1]), {n: h for n, (h, _) in _AMP_SLIPS.items()})
+AMP_VARIANTS = variants(_amp_variant, AMP_SLIP_HINTS)
 
 AMP_HINTS = {  # by the doctor's code
     "clip-before-unscale": "clip the true gradients: scaler.unscale_(optimizer) first, then clip_grad_norm_ "
@@ -398,20 +334,19 @@ AMP_HINTS = {  # by the doctor's code
     "update-undone": f"the clamp after the step puts the head back where it was: is the bound {HEAD_LIMIT:g}?",
     "grad-not-cleared": "call optimizer.zero_grad() at the start of the step.",
 }
+AMP_CONTRACT_HINTS = {  # the step's contract, checked outside the doctor
+    "batch-changed": "an in-place op on x or y (`x -= ...`) writes into the caller's tensor; use `x = x - ...`.",
+    "loss-with-graph": "return loss.detach() or loss.item().",
+    "no-scaler": "scale the loss (scaler.scale(loss).backward()), then scaler.unscale_, scaler.step(optimizer) and scaler.update() once per step.",
+    "optimizer-step": "step through scaler.step(optimizer): it skips the update when the unscaled gradients are not finite.",
+    "counts-skipped": "it counts steps the GradScaler skipped (it lowers the scale in update() then); count an update only when the optimizer really stepped.",
+    "misses-updates": "it misses real updates: the scale also stays or grows when a step is applied (it grows after growth_interval clean steps); a skipped step is the only one that lowers it; count an update only when the optimizer really stepped.",
+    "no-clamp": "clamp them after the step.",
+}
 AMP_ERROR_HINTS = {  # by the kind of error the step raised (autogradlab.tracebacks.ERROR_KINDS)
     "scaler_no_inf_checks": "step with scaler.step(optimizer) (not optimizer.step()) before scaler.update().",
     "scaler_never_scaled": "backward the scaled loss: scaler.scale(loss).backward().",
 }
-
-
-def _amp_learner(amp_step) -> LearnerCall:
-    return LearnerCall(
-        amp_step,
-        "amp_step",
-        OffLimits(course=(CASE_DATA,), why="write the step yourself (reference_amp_step is the checker's answer)."),
-        error_hints=AMP_ERROR_HINTS,
-        frozen_inputs=False,
-    )
 
 
 def _one_step(learner: LearnerCall, model, optimizer, scaler, batch, counter) -> Any:
@@ -419,11 +354,11 @@ def _one_step(learner: LearnerCall, model, optimizer, scaler, batch, counter) ->
     x, y = batch[0].clone(), batch[1].clone()
     out = learner(model, optimizer, scaler, (x, y), counter)
     if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
-        raise ExerciseError(
-            "changed-input",
+        raise named(
+            "batch-changed",
             "`amp_step` changed the batch it was given in place: the caller may still use it.",
-            hint="an in-place op on x or y (`x -= ...`) writes into the caller's tensor; use `x = x - ...`.",
-            mistake="batch-changed",
+            AMP_CONTRACT_HINTS,
+            "changed-input",
         )
     return out
 
@@ -435,16 +370,13 @@ def _count_updates(learner: LearnerCall, data) -> tuple[int, int, list[int]]:
     model, optimizer = conv_setup(0)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=2)
     ran, counter, skipped_but_stepped = [], {"updates": 0}, []
-    handle = optimizer.register_step_post_hook(lambda *args: ran.append(1))
-    try:
-        call = learner.on("a GradScaler that starts at 2**24 and grows every 2 steps")
+    call = learner.on("a GradScaler that starts at 2**24 and grows every 2 steps")
+    with optimizer.register_step_post_hook(lambda *args: ran.append(1)):
         for i, batch in enumerate(data):
             before, stepped = scaler.get_scale(), len(ran)
             _one_step(call, model, optimizer, scaler, batch, counter)
             if scaler.get_scale() < before and len(ran) > stepped:
                 skipped_but_stepped.append(i)
-    finally:
-        handle.remove()
     return counter.get("updates"), len(ran), skipped_but_stepped
 
 
@@ -454,18 +386,17 @@ def check_amp_step(amp_step) -> None:
     >>> check_amp_step(reference_amp_step)  # doctest: +ELLIPSIS
     ✓ amp_step: doctor silent, ...
     """
-    name, learner = "amp_step", _amp_learner(amp_step)
+    name, why = "amp_step", "write the step yourself (reference_amp_step is the checker's answer)."
+    learner = LearnerCall(amp_step, name, OffLimits(course=(CASE_DATA,), why=why), AMP_ERROR_HINTS, frozen_inputs=False)
     data = batches_of(*stripes(384, seed=3), 32)
     model, optimizer = conv_setup(0)
     scaler = torch.amp.GradScaler("cpu")
     first = _one_step(learner.on("the checker's first batch"), model, optimizer, scaler, data[0], {"updates": 0})
     if isinstance(first, torch.Tensor) and first.requires_grad:
-        raise ExerciseError(
-            "contract",
-            f"`{name}` returns the loss with its graph: whoever logs it keeps every saved activation of the step alive.",
-            hint="return loss.detach() or loss.item().",
-            mistake="loss-with-graph",
+        summary = (
+            f"`{name}` returns the loss with its graph: whoever logs it keeps every saved activation of the step alive."
         )
+        raise named("loss-with-graph", summary, AMP_CONTRACT_HINTS)
     if not (isinstance(first, (int, float)) or (isinstance(first, torch.Tensor) and first.numel() == 1)):
         raise ExerciseError("type", f"`{name}` should return the loss (a number or a 1-element tensor).")
     model, optimizer = conv_setup(0)
@@ -473,22 +404,11 @@ def check_amp_step(amp_step) -> None:
     step = partial(_one_step, learner.on("the checker's batches"), model, optimizer, scaler, counter={"updates": 0})
     _doctor_silent(step, model, optimizer, data[:5], AMP_HINTS, scaler=scaler)
     if scaler.state_dict().get(SCALER_GROWTH_TRACKER_KEY, 0) != 5:
-        raise ExerciseError(
-            "contract",
-            f"`{name}` does not use the GradScaler it is given.",
-            hint="scale the loss (scaler.scale(loss).backward()), then scaler.unscale_, scaler.step(optimizer) and "
-            "scaler.update() once per step.",
-            mistake="no-scaler",
-        )
+        raise named("no-scaler", f"`{name}` does not use the GradScaler it is given.", AMP_CONTRACT_HINTS)
     counted, ran, stepped_on_skip = _count_updates(learner, data[:10])
     if stepped_on_skip:
-        raise ExerciseError(
-            "contract",
-            f"`{name}` applied an update in a step the GradScaler skipped (calls {stepped_on_skip}): the gradients held "
-            "inf/NaN, and the optimizer wrote them into the weights.",
-            hint="step through scaler.step(optimizer): it skips the update when the unscaled gradients are not finite.",
-            mistake="optimizer-step",
-        )
+        summary = f"`{name}` applied an update in a step the GradScaler skipped (calls {stepped_on_skip}): the gradients held inf/NaN, and the optimizer wrote them into the weights."
+        raise named("optimizer-step", summary, AMP_CONTRACT_HINTS)
     for seed in (0, 1):
 
         def run(one, seed=seed):
@@ -506,44 +426,21 @@ def check_amp_step(amp_step) -> None:
         if not all(close(runs.learner[k], v, after_steps=True) for k, v in runs.reference.items()):
             slip = runs.closest(lambda got, want: all(close(got[k], v, after_steps=True) for k, v in want.items()))
             if slip is not None:
-                raise ExerciseError(
-                    "value",
-                    f"the parameters after 6 steps (seed {seed}) with `{name}` differ from the reference.",
-                    hint=slip.hint,
-                    mistake=slip.name,
-                )
+                summary = f"the parameters after 6 steps (seed {seed}) with `{name}` differ from the reference."
+                raise ExerciseError("value", summary, hint=slip.hint, mistake=slip.name)
             for key, value in runs.reference.items():
                 compare(
                     runs.learner[key], value, what=f"`{key}` after 6 steps (seed {seed})", label="the checker's batches"
                 )
     if counted != ran:
-        mistake, why = (
-            ("counts-skipped", "it counts steps the GradScaler skipped (it lowers the scale in update() then)")
-            if isinstance(counted, int) and counted > ran
-            else (
-                "misses-updates",
-                "it misses real updates: the scale also stays or grows when a step is applied (it grows after "
-                "growth_interval clean steps); a skipped step is the only one that lowers it",
-            )
-        )
-        raise ExerciseError(
-            "value",
-            f"`{name}` counted {counted!r} updates in {len(data[:10])} calls where the optimizer really stepped {ran} "
-            "times (a GradScaler that starts at 2**24 skips its first steps; with growth_interval=2 it then grows).",
-            hint=f"{why}; count an update only when the optimizer really stepped.",
-            mistake=mistake,
-            measured={"counted": counted, "ran": ran},
-        )
+        mistake = "counts-skipped" if isinstance(counted, int) and counted > ran else "misses-updates"
+        summary = f"`{name}` counted {counted!r} updates in {len(data[:10])} calls where the optimizer really stepped {ran} times (a GradScaler that starts at 2**24 skips its first steps; with growth_interval=2 it then grows)."
+        raise named(mistake, summary, AMP_CONTRACT_HINTS, "value", measured={"counted": counted, "ran": ran})
     losses = [float(step(b)) for b in data[5:] + data[:6]]
     first, last = _loss_falls(losses, name)
     worst = max(float(p.detach().abs().max()) for p in model.head.parameters())
     if worst > HEAD_LIMIT + 1e-6:
-        raise ExerciseError(
-            "contract",
-            f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}.",
-            mistake="no-clamp",
-            hint="clamp them after the step.",
-        )
+        raise named("no-clamp", f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}.", AMP_CONTRACT_HINTS)
     passed(
         f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients "
         f"present before the first), {ran} real updates of 10 counted right, loss {first:.3f} → {last:.3f}"
@@ -639,12 +536,10 @@ def check_untrained_leaves(untrained_leaves) -> None:
         slip = next((m for m, happened in slips.items() if happened), None)
         if slip is not None:
             kind = {"names": "type", "type": "type", "duplicates": "contract"}.get(slip, "value")
-            raise ExerciseError(
-                kind,
-                f"`{name}` returned {len(items)} item(s) for {label}; {len(want)} tensor(s) are expected, each once.",
-                hint=LEAF_MISTAKES.get(slip),
-                mistake=slip if slip != "type" else None,
+            summary = (
+                f"`{name}` returned {len(items)} item(s) for {label}; {len(want)} tensor(s) are expected, each once."
             )
+            raise ExerciseError(kind, summary, hint=LEAF_MISTAKES.get(slip), mistake=slip if slip != "type" else None)
     passed(
         f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an input, a graph "
         "after backward, 3,000 ops deep, 2^30 paths), walked by hand"
