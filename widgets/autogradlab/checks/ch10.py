@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, passed
+from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, mistakes, named, passed
 from autogradlab.models.doctor import Report, diagnose
 from autogradlab.models.four_checks import (
     Normed,
@@ -66,27 +66,21 @@ def _overfit_slip(slip: str):
     return run
 
 
-OVERFIT_MISTAKES = tuple(
-    Mistake(slip, hint, _overfit_slip(slip))
-    for slip, hint in {
-        "eval-mode": "the copy's batch norm ran in eval mode: put the copy in training mode (copy.train()) whatever "
-        "mode the caller's model is in.",
-        "optimizer-on-original": "the optimizer was built on the original model's parameters, so it never moves the "
-        "copy: build it from the copy's parameters.",
-        "no-zero-grad": "gradients accumulate across steps: clear them every step (optimizer.zero_grad()).",
-        "new-optimizer": "a new Adam every step forgets its moments (and restarts its bias correction): build the "
-        "optimizer once.",
-        "loss-after-update": "each loss should come from the step's own forward, before its update.",
-        "sgd": "the losses match plain SGD: the contract asks for torch.optim.Adam(lr=lr).",
-    }.items()
-)
+_OVERFIT_HINTS = {
+    "eval-mode": "the copy's batch norm ran in eval mode: put the copy in training mode (copy.train()) whatever mode the caller's model is in.",
+    "optimizer-on-original": "the optimizer was built on the original model's parameters, so it never moves the copy: build it from the copy's parameters.",
+    "no-zero-grad": "gradients accumulate across steps: clear them every step (optimizer.zero_grad()).",
+    "new-optimizer": "a new Adam every step forgets its moments (and restarts its bias correction): build the optimizer once.",
+    "loss-after-update": "each loss should come from the step's own forward, before its update.",
+    "sgd": "the losses match plain SGD: the contract asks for torch.optim.Adam(lr=lr).",
+}
+OVERFIT_MISTAKES = mistakes(_OVERFIT_HINTS, {slip: _overfit_slip(slip) for slip in _OVERFIT_HINTS})
 
-_CALLER = {  # the part of the caller's model a function changed -> hint
-    "parameters": "train a copy (copy.deepcopy(model)) and build the optimizer from its parameters (copy.copy shares "
-    "them).",
-    "grad": "the gradients belong to the copy: an optimizer on model.parameters() clears and steps the caller's.",
-    "buffers": "run the forward passes on the copy only (batch norm updates its statistics in training mode).",
-    "mode": "set the mode on the copy only.",
+_CALLER = {  # mistake "changed-<part>" (the part of the caller's model a function changed) -> hint
+    "changed-parameters": "train a copy (copy.deepcopy(model)) and build the optimizer from its parameters (copy.copy shares them).",
+    "changed-grad": "the gradients belong to the copy: an optimizer on model.parameters() clears and steps the caller's.",
+    "changed-buffers": "run the forward passes on the copy only (batch norm updates its statistics in training mode).",
+    "changed-mode": "set the mode on the copy only.",
 }
 
 
@@ -109,12 +103,6 @@ def _changed(before: dict[str, list], model: torch.nn.Module) -> str | None:
     return next((part for part, now in _state(model).items() if not all(map(same, before[part], now))), None)
 
 
-def _caller_error(part: str, name: str, label: str, hints: dict[str, str]) -> ExerciseError:
-    return ExerciseError(
-        "contract", f"`{name}` changed the model's {part} for {label}.", hint=hints[part], mistake=f"changed-{part}"
-    )
-
-
 def check_overfit_one_batch(overfit_one_batch) -> None:
     """Check ``overfit_one_batch(model, loss_fn, batch, steps, lr)`` against the exercise's contract."""
     name = "overfit_one_batch"
@@ -130,21 +118,15 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
         expected = torch.tensor(overfit(model, F.cross_entropy, (x, y), 60, 2e-2))
         got = learner.on(label)(model, F.cross_entropy, (x, y), 60, 2e-2)
         if part := _changed(before, model):
-            raise _caller_error(part, name, label, _CALLER)
+            raise named(f"changed-{part}", f"`{name}` changed the model's {part} for {label}.", _CALLER)
         if not isinstance(got, (list, tuple)) or len(got) != 60:
             length = f" of length {len(got)}" if hasattr(got, "__len__") else ""
-            raise ExerciseError(
-                "type",
-                f"`{name}` should return a list of 60 losses (one per step) for {label}; got "
-                f"{type(got).__name__}{length}.",
-                mistake="length",
-            )
+            summary = f"`{name}` should return a list of 60 losses (one per step) for {label}; got {type(got).__name__}{length}."
+            raise ExerciseError("type", summary, mistake="length")
         if not all(isinstance(v, float) for v in got):
+            hint = "a list of loss tensors keeps every step's graph alive."
             raise ExerciseError(
-                "type",
-                f"`{name}` should return Python floats (loss.item()) for {label}.",
-                hint="a list of loss tensors keeps every step's graph alive.",
-                mistake="tensors",
+                "type", f"`{name}` should return Python floats (loss.item()) for {label}.", hint=hint, mistake="tensors"
             )
         if not close(torch.tensor(got), expected):
             wrong = {m: m.compute(copy.deepcopy(model), F.cross_entropy, (x, y), 60, 2e-2) for m in OVERFIT_MISTAKES}
@@ -181,42 +163,26 @@ def _row_by_row(model, x: torch.Tensor, norm: str) -> torch.Tensor:
     return torch.stack(rows)
 
 
-DEPENDENCY_MISTAKES = (
-    Mistake(
-        "sum",
-        "a sum of outputs can cancel (a softmax row sums to 1, so its gradient is 0): take the gradient "
-        "of every output element (or the Jacobian) and the norm over them.",
-        lambda m, x: _row_by_row(m, x, "sum"),
-    ),
-    Mistake(
-        "transposed",
-        "D[i, j] is the dependency of example i's *output* on example j's *input*: rows are outputs.",
-        lambda m, x: dependencies(m, x).t(),
-    ),
-    Mistake(
-        "abs-sum",
-        "use the Frobenius norm (square root of the sum of squares) of the Jacobian block, not a sum "
-        "of absolute values.",
-        lambda m, x: _row_by_row(m, x, "abs"),
-    ),
-    Mistake(
-        "eval-copy",
-        "keep the model's mode: in training mode batch norm mixes examples, and that is what D must show.",
-        lambda m, x: dependencies(copy.deepcopy(m).eval(), x),
-    ),
-    Mistake(
-        "diagonal-only",
-        "only the diagonal: a per-example computation (vmap, or the model run on one example at "
-        "a time) cannot see what mixes examples; run the model on the whole batch.",
-        lambda m, x: torch.diag(dependencies(m, x).diag()),
-    ),
-)
-
-_MODEL_STATE = {
-    "mode": "keep the model's mode: in training mode batch norm mixes examples.",
-    "grad": "ask for the gradient with respect to the input only, torch.autograd.grad(output, x_copy), which does "
-    "not touch the parameters' .grad.",
+_DEPENDENCY_HINTS = {
+    "sum": "a sum of outputs can cancel (a softmax row sums to 1, so its gradient is 0): take the gradient of every output element (or the Jacobian) and the norm over them.",
+    "transposed": "D[i, j] is the dependency of example i's *output* on example j's *input*: rows are outputs.",
+    "abs-sum": "use the Frobenius norm (square root of the sum of squares) of the Jacobian block, not a sum of absolute values.",
+    "eval-copy": "keep the model's mode: in training mode batch norm mixes examples, and that is what D must show.",
+    "diagonal-only": "only the diagonal: a per-example computation (vmap, or the model run on one example at a time) cannot see what mixes examples; run the model on the whole batch.",
+    "changed-mode": "keep the model's mode: in training mode batch norm mixes examples.",
+    "changed-grad": "ask for the gradient with respect to the input only, torch.autograd.grad(output, x_copy), which does not touch the parameters' .grad.",
+    "x-requires-grad": "work on a copy, x.detach().clone().requires_grad_().",
 }
+DEPENDENCY_MISTAKES = mistakes(
+    _DEPENDENCY_HINTS,
+    {
+        "sum": lambda m, x: _row_by_row(m, x, "sum"),
+        "transposed": lambda m, x: dependencies(m, x).t(),
+        "abs-sum": lambda m, x: _row_by_row(m, x, "abs"),
+        "eval-copy": lambda m, x: dependencies(copy.deepcopy(m).eval(), x),
+        "diagonal-only": lambda m, x: torch.diag(dependencies(m, x).diag()),
+    },
+)
 
 
 def check_batch_dependencies(batch_dependencies) -> None:
@@ -236,15 +202,11 @@ def check_batch_dependencies(batch_dependencies) -> None:
         expected = dependencies(copy.deepcopy(model), x)
         before, x_given = _state(model), x.clone()
         got = learner.on(label)(model, x_given)
-        if (part := _changed(before, model)) in _MODEL_STATE:
-            raise _caller_error(part, name, label, _MODEL_STATE)
+        if (part := _changed(before, model)) in ("mode", "grad"):
+            raise named(f"changed-{part}", f"`{name}` changed the model's {part} for {label}.", _DEPENDENCY_HINTS)
         if x_given.requires_grad or x_given.grad is not None:
-            raise ExerciseError(
-                "changed-input",
-                f"`{name}` set requires_grad (or .grad) on the x it was given for {label}.",
-                hint="work on a copy, x.detach().clone().requires_grad_().",
-                mistake="x-requires-grad",
-            )
+            summary = f"`{name}` set requires_grad (or .grad) on the x it was given for {label}."
+            raise named("x-requires-grad", summary, _DEPENDENCY_HINTS, "changed-input")
         wrong = {m: m.compute(copy.deepcopy(model), x) for m in DEPENDENCY_MISTAKES}
         got = got.detach() if isinstance(got, torch.Tensor) else got
         expected = expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected
@@ -283,35 +245,23 @@ def note(number: int, hypothesis: Any, evidence: Any) -> None:
     autogradlab.checks.core.ExerciseError: The evidence for mystery 1 has no measured number. ...
     """
     if not isinstance(hypothesis, str) or len(hypothesis.split()) < 6:
-        raise ExerciseError(
-            "no-hypothesis",
-            f"Write your hypothesis for mystery {number} first: a sentence (six "
-            "words at least) saying what you think is wrong and why it gives this symptom.",
-            mistake="no-hypothesis",
-        )
+        summary = f"Write your hypothesis for mystery {number} first: a sentence (six words at least) saying what you think is wrong and why it gives this symptom."
+        raise ExerciseError("no-hypothesis", summary, mistake="no-hypothesis")
     if not isinstance(evidence, str) or len(evidence.split()) < 4 or not re.search(r"\d", evidence):
-        raise ExerciseError(
-            "no-evidence",
-            f"The evidence for mystery {number} has no measured number. Write what you "
-            "ran and what it gave (a loss, a gradient norm, a fraction, a count).",
-            mistake="no-evidence",
-        )
+        summary = f"The evidence for mystery {number} has no measured number. Write what you ran and what it gave (a loss, a gradient norm, a fraction, a count)."
+        raise ExerciseError("no-evidence", summary, mistake="no-evidence")
     LAB.setdefault(number, _Progress()).hypothesis, LAB[number].evidence = hypothesis.strip(), evidence.strip()
     passed(f"mystery {number}: hypothesis and evidence noted; the doctor's view and the later hints are open")
 
 
 def _gate(number: int, open_: bool, what: str, mistake: str) -> None:
     if not open_:
-        raise ExerciseError(
-            "gate",
-            f"The {what} of mystery {number} opens once "
-            + (
-                f"your hypothesis and evidence are on record: note({number}, hypothesis, evidence)."
-                if mistake == "no-note"
-                else "its check passes."
-            ),
-            mistake=mistake,
+        when = (
+            f"your hypothesis and evidence are on record: note({number}, hypothesis, evidence)."
+            if mistake == "no-note"
+            else "its check passes."
         )
+        raise ExerciseError("gate", f"The {what} of mystery {number} opens once {when}", mistake=mistake)
 
 
 def _script(path: Any, number: int) -> Path:
@@ -362,6 +312,17 @@ def _same_grads(a: dict, b: dict) -> bool:
 
 _KEEP = "a fix leaves {} as shipped."
 _CHASE = " changes how fast or how big, not why: changing it chases the symptom. Put it back and look for the cause."
+_OUTSIDE_HINTS = {  # mistake id: hint, for a change where the shipped script and the reference agree
+    "data": _KEEP.format("the data, its order and the batch size"),
+    "start": "another architecture or initialisation can move the symptom without removing its cause. "
+    + _KEEP.format("the model"),
+    "model": _KEEP.format("the forward"),
+    "optimizer": _KEEP.format("the optimizer and its settings"),
+    "loss-scale": "the loss scale" + _CHASE,
+    "learning-rate": "a learning rate" + _CHASE,
+    "smaller-gradients": "clipping or rescaling the loss changes their size, not their direction: if you added either to move the loss, that chases the symptom.",
+}
+_OUTSIDE_HINTS["larger-gradients"] = _OUTSIDE_HINTS["smaller-gradients"]
 
 
 def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> ExerciseError | None:
@@ -370,46 +331,33 @@ def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> Exer
         first_difference(got.inputs, ref.inputs, got.complete) is not None
         and orig.inputs == ref.inputs[: len(orig.inputs)]
     ):
-        return ExerciseError(
-            "changed-elsewhere",
+        return named(
+            "data",
             f"The model in `{name}` sees other batches than the shipped one.",
-            hint=_KEEP.format("the data, its order and the batch size"),
-            mistake="data",
+            _OUTSIDE_HINTS,
+            "changed-elsewhere",
         )
     if got.start.keys() != ref.start.keys() or not all(close(got.start[n], ref.start[n]) for n in ref.start):
-        return ExerciseError(
-            "changed-elsewhere",
-            f"The model in `{name}` starts from other parameters (names, shapes or values) than the shipped one.",
-            hint="another architecture or initialisation can move "
-            "the symptom without removing its cause. " + _KEEP.format("the model"),
-            mistake="start",
-        )
+        summary = f"The model in `{name}` starts from other parameters (names, shapes or values) than the shipped one."
+        return named("start", summary, _OUTSIDE_HINTS, "changed-elsewhere")
     if got.first_output is None or not close(got.first_output, ref.first_output):
-        return ExerciseError(
-            "changed-elsewhere",
-            f"The model in `{name}` computes something else than the shipped one "
-            "from the same parameters on the same batch.",
-            hint=_KEEP.format("the forward"),
-            mistake="model",
-        )
+        summary = f"The model in `{name}` computes something else than the shipped one from the same parameters on the same batch."
+        return named("model", summary, _OUTSIDE_HINTS, "changed-elsewhere")
     for what in ("optimizer", "groups", "loss scale", "scaler"):
         if got.settings.get(what) != ref.settings.get(what) and orig.settings.get(what) == ref.settings.get(what):
             scale = what in ("loss scale", "scaler")
-            return ExerciseError(
+            summary = f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}."
+            return named(
+                "loss-scale" if scale else "optimizer",
+                summary,
+                _OUTSIDE_HINTS,
                 "symptom-chasing" if scale else "changed-elsewhere",
-                f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}.",
-                hint="the loss scale" + _CHASE if scale else _KEEP.format("the optimizer and its settings"),
-                mistake="loss-scale" if scale else "optimizer",
             )
     k = first_difference(got.lrs, ref.lrs, got.complete)
     if k is not None and orig.lrs == ref.lrs[: len(orig.lrs)]:
         shown = f"step {k} uses {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} optimizer steps"
-        return ExerciseError(
-            "symptom-chasing",
-            f"`{name}` changed the learning rate: {shown} where the shipped script does not.",
-            hint="a learning rate" + _CHASE,
-            mistake="learning-rate",
-        )
+        summary = f"`{name}` changed the learning rate: {shown} where the shipped script does not."
+        return named("learning-rate", summary, _OUTSIDE_HINTS, "symptom-chasing")
     return None
 
 
@@ -419,21 +367,14 @@ def _judge(got: Recording, ref: Recording, orig: Recording | None, name: str) ->
         if problem := _outside(got, ref, orig, name):
             return problem
         if all(map(_same_grads, got.grads, orig.grads)) and got.lrs == orig.lrs[: len(got.lrs)]:
-            return ExerciseError(
-                "unchanged",
-                f"`{name}` still behaves as shipped: the same learning rates and "
-                f"gradients in its first {len(got.grads)} steps.",
-                mistake="unchanged",
-            )
+            summary = f"`{name}` still behaves as shipped: the same learning rates and gradients in its first {len(got.grads)} steps."
+            return ExerciseError("unchanged", summary, mistake="unchanged")
     k = first_difference(got.lrs, ref.lrs, got.complete)
     untouched = orig is not None and got.lrs[: len(orig.lrs)] == orig.lrs  # naming them would name the bug
     if k is not None and not untouched:
         shown = f"step {k}: {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} steps, not {ref.steps}"
-        return ExerciseError(
-            "not-fixed",
-            f"The learning rates of `{name}` differ from the healthy script's ({shown}).",
-            mistake="learning-rate",
-        )
+        summary = f"The learning rates of `{name}` differ from the healthy script's ({shown})."
+        return ExerciseError("not-fixed", summary, mistake="learning-rate")
     for k, (mine, healthy) in enumerate(zip(got.grads, ref.grads)):
         if _same_grads(mine, healthy):
             continue
@@ -441,28 +382,14 @@ def _judge(got: Recording, ref: Recording, orig: Recording | None, name: str) ->
         if c is None and orig is not None and k < len(orig.grads):
             c = common_factor(mine, orig.grads[k])  # a symptom-chasing change to the shipped script
         if c is not None:
-            return ExerciseError(
-                "not-fixed",
-                f"The gradients of step {k} in `{name}` point the same way as the healthy script's but "
-                f"are {c:.3g}× as large.",
-                hint="clipping or rescaling the loss changes their size, not their "
-                "direction: if you added either to move the loss, that chases the symptom.",
-                mistake="smaller-gradients" if c < 1 else "larger-gradients",
-            )
+            summary = f"The gradients of step {k} in `{name}` point the same way as the healthy script's but are {c:.3g}× as large."
+            return named("smaller-gradients" if c < 1 else "larger-gradients", summary, _OUTSIDE_HINTS, "not-fixed")
         names = sorted(n for n in {*mine, *healthy} if not close(mine.get(n), healthy.get(n)))
-        return ExerciseError(
-            "not-fixed",
-            f"The gradients of step {k} in `{name}` differ from the healthy script's.",
-            mistake="gradients",
-            measured={"parameters": names},
-        )
+        summary = f"The gradients of step {k} in `{name}` differ from the healthy script's."
+        return ExerciseError("not-fixed", summary, mistake="gradients", measured={"parameters": names})
     if got.complete and not close(torch.tensor(got.losses), torch.tensor(ref.losses)):
-        return ExerciseError(
-            "not-fixed",
-            f"`{name}` starts with the healthy gradients, but its {len(got.losses)} "
-            f"losses drift from the healthy script's {len(ref.losses)}.",
-            mistake="losses",
-        )
+        summary = f"`{name}` starts with the healthy gradients, but its {len(got.losses)} losses drift from the healthy script's {len(ref.losses)}."
+        return ExerciseError("not-fixed", summary, mistake="losses")
     return None
 
 
@@ -488,13 +415,8 @@ def _structure(module: Any, name: str) -> None:
     missing = [n for n in ("Config", "Trainer") if not hasattr(module, n)]
     missing += [f"Trainer.{m}" for m in ("fit", "epoch_batches", "train_step") if trainer and not hasattr(trainer, m)]
     if missing:
-        raise ExerciseError(
-            "contract",
-            f"`{name}` has no {', '.join(missing)}.",
-            mistake="structure",
-            hint="keep the script's structure: a Config dataclass with a seed, and a Trainer whose "
-            "fit(log) returns one loss per optimizer step.",
-        )
+        hint = "keep the script's structure: a Config dataclass with a seed, and a Trainer whose fit(log) returns one loss per optimizer step."
+        raise ExerciseError("contract", f"`{name}` has no {', '.join(missing)}.", mistake="structure", hint=hint)
 
 
 def check_fix(number: int, script: Any) -> None:
