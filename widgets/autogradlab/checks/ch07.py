@@ -71,6 +71,7 @@ HINTS = {
     "no-scale": "backward ran on the unscaled loss, but unscale_ still divided by S: backpropagate scaler.scale(loss).",
     "all-reduce-skipped": "every rank takes part in every all_reduce, also a rank without tokens: in a real run the others wait for it for ever (DDP's all-reduce inside backward too).",
     "not-one-loss-per-micro-batch": "each micro-batch runs its own backward (one graph at a time; DDP all-reduces in the last one's), so each needs its own 0-dim loss.",
+    "not-a-scalar": "sum the counted tokens' losses: backward starts from one number.",
     "no-graph": "every micro-batch's loss runs backward, also one without tokens: keep it a tensor connected to token_losses (a masked sum; no .item(), .detach() or torch.tensor(...)).",
     "empty-nan": EMPTY,
     "rank-own-mean": "that is each micro-batch's own token mean ÷ K, which DDP then averages over the ranks: micro-batches and ranks with few tokens weigh as much as those with many. Divide token SUMS by the window's count on all ranks.",
@@ -84,7 +85,12 @@ HINTS = {
 
 
 _KINDS = {"micro-batches-changed": "changed-input", "empty-micro-batch-nan": "not-finite", "empty-nan": "not-finite"}
-_KINDS |= {"not-one-loss-per-micro-batch": "type", "logged-mean": "value", "logged-loss": "value"}
+_KINDS |= {
+    "not-one-loss-per-micro-batch": "type",
+    "not-a-scalar": "shape",
+    "logged-mean": "value",
+    "logged-loss": "value",
+}
 
 
 def _fail(mistake: str, summary: str) -> ExerciseError:
@@ -119,7 +125,10 @@ class _Trace:
         self.events.append("B")
         self.backward_under_autocast |= torch.is_autocast_enabled("cpu")
 
-    def remove(self) -> None:
+    def __enter__(self) -> _Trace:
+        return self
+
+    def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
 
@@ -216,14 +225,10 @@ def _run_loop(step, seed: int, count: int, accum_steps: int):
     model = cases.regression_mlp(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     applied = []
-    hook = optimizer.register_step_pre_hook(lambda *_: applied.append(_flat_grads(model)))
     cases.stale_gradients(model, seed)
-    batches, trace = cases.regression_micro_batches(seed, count), _Trace(model)
-    try:
+    batches = cases.regression_micro_batches(seed, count)
+    with _Trace(model) as trace, optimizer.register_step_pre_hook(lambda *_: applied.append(_flat_grads(model))):
         step(model, optimizer, torch.nn.MSELoss(), batches, accum_steps)
-    finally:
-        trace.remove()
-        hook.remove()
     return applied, trace, model, batches
 
 
@@ -309,11 +314,9 @@ TOKEN_OFF_LIMITS = OffLimits(
 def _run_token_window(step, index: int):
     model = tokens.token_model(dim=6, vocab=5, seed=index)
     cases.stale_gradients(model, index)
-    batches, trace = [(m.features, m.targets, m.mask) for m in tokens.uneven_window(index)], _Trace(model)
-    try:
+    batches = [(m.features, m.targets, m.mask) for m in tokens.uneven_window(index)]
+    with _Trace(model) as trace:
         logged = step(model, batches)
-    finally:
-        trace.remove()
     return _flat_grads(model), logged, trace, batches
 
 
@@ -357,17 +360,14 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
         expected, loss = _window_in_one_pass(index)
         if not torch.isfinite(got).all():
             raise _fail("empty-micro-batch-nan", f"`{learner.name}` left inf/NaN in .grad for {learner.label}.")
-        what = dict(
-            what="the gradient left in .grad", label=learner.label, context={"num_tokens": sum(m.tokens for m in fresh)}
+        context = {"num_tokens": sum(m.tokens for m in fresh)}
+        _compare_naming_variant(
+            got, expected, runs, _same_first, what="the gradient left in .grad", label=learner.label, context=context
         )
-        _compare_naming_variant(got, expected, runs, _same_first, **what)
         value = _as_float(logged)
         if value is None:
-            raise ExerciseError(
-                "type",
-                f"`{learner.name}` returned {type(logged).__name__} for {learner.label}; "
-                "expected the window's token-mean loss as a Python float (for logging).",
-            )
+            summary = f"`{learner.name}` returned {type(logged).__name__} for {learner.label}; expected the window's token-mean loss as a Python float (for logging)."
+            raise ExerciseError("type", summary)
         if not math.isclose(value, loss, rel_tol=1e-9, abs_tol=1e-12):
             slip = runs.closest(_same_grad_and_log)
             mistake = slip.name if slip else "logged-loss" if math.isfinite(value) else "empty-micro-batch-nan"
@@ -425,15 +425,10 @@ AMP_VARIANTS = _variants(_amp_variant, "clip-first no-divide no-clip no-scale")
 
 def _run_amp(step, seed, input_scale, overflow):
     model, optimizer, scaler, window = cases.amp_window(seed, input_scale, overflow)
-    steps = []
-    hook = optimizer.register_step_post_hook(lambda *_: steps.append(1))  # scaler.step's call counts too
-    start, trace = parameters_to_vector(model.parameters()).detach(), _Trace(model, dtype_of=model[0])
-    try:
-        with recorded_scaler_calls(scaler) as calls:
-            step(model, optimizer, scaler, window, MAX_NORM)
-    finally:
-        trace.remove()
-        hook.remove()
+    steps, start = [], parameters_to_vector(model.parameters()).detach()
+    counted = optimizer.register_step_post_hook(lambda *_: steps.append(1))  # scaler.step's call counts too
+    with _Trace(model, dtype_of=model[0]) as trace, counted, recorded_scaler_calls(scaler) as calls:
+        step(model, optimizer, scaler, window, MAX_NORM)
     return parameters_to_vector(model.parameters()).detach() - start, scaler, model, len(steps), trace, calls
 
 
@@ -449,10 +444,8 @@ def _check_amp_calls(trace: _Trace, calls: list[str], learner: LearnerCall) -> N
     head = f"`{learner.name}`"
     if trace.dtypes != {torch.float16}:
         dtypes = ", ".join(sorted(map(str, trace.dtypes))) or "no"
-        raise _fail(
-            "bf16" if trace.dtypes == {torch.bfloat16} else "no-autocast",
-            f"{head} ran the forward in {dtypes} dtype for {learner.label}.",
-        )
+        mistake = "bf16" if trace.dtypes == {torch.bfloat16} else "no-autocast"
+        raise _fail(mistake, f"{head} ran the forward in {dtypes} dtype for {learner.label}.")
     if trace.backward_under_autocast:
         raise _fail("backward-in-autocast", f"{head} called backward inside the autocast region for {learner.label}.")
     trace.check(learner, 3, 3)
@@ -472,11 +465,8 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
     """
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
-        case = (
-            "one micro-batch with an inf input (overflow)"
-            if overflow
-            else f"gradient norm {norm:.3g} {'>' if norm > MAX_NORM else '<'} max_norm {MAX_NORM}"
-        )
+        case = f"gradient norm {norm:.3g} {'>' if norm > MAX_NORM else '<'} max_norm {MAX_NORM}"
+        case = "one micro-batch with an inf input (overflow)" if overflow else case
         label = f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={cases.AMP_INIT_SCALE:g}), {case}"
         learner = LearnerCall(
             amp_accumulation_step, "amp_accumulation_step", error_hints=SCALER_ERROR_HINTS, label=label
@@ -493,11 +483,8 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
             what = dict(what="the parameter update", label=label, context={"accum_steps": 3})
             _compare_naming_variant(got, runs.reference[0], runs, _same_first, **what)
         if scaler.get_scale() != runs.reference[1].get_scale():
-            raise _fail(
-                "update-count",
-                f"the scale is {scaler.get_scale():g} after the step, expected "
-                f"{runs.reference[1].get_scale():g} (it halves after an overflow, grows after a good step), for {label}.",
-            )
+            summary = f"the scale is {scaler.get_scale():g} after the step, expected {runs.reference[1].get_scale():g} (it halves after an overflow, grows after a good step), for {label}."
+            raise _fail("update-count", summary)
         _check_cleared(model, learner)
     passed(
         "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow "
@@ -623,18 +610,12 @@ def _same_token_grads(got, wrong) -> bool:
 def _check_rank_losses(results, inputs, learner: LearnerCall) -> None:
     for rank, (losses, window) in enumerate(zip(results, inputs)):
         if not isinstance(losses, (list, tuple)) or len(losses) != len(window):
-            raise _fail(
-                "not-one-loss-per-micro-batch",
-                f"`{learner.name}` returned {type(losses).__name__} on rank "
-                f"{rank} for {learner.label}; expected a list of {len(window)} losses.",
-            )
+            summary = f"`{learner.name}` returned {type(losses).__name__} on rank {rank} for {learner.label}; expected a list of {len(window)} losses."
+            raise _fail("not-one-loss-per-micro-batch", summary)
         for k, (loss, (_, mask)) in enumerate(zip(losses, window)):
             where = f"the loss of micro-batch {k} on rank {rank} ({int(mask.sum())} counted tokens) for {learner.label}"
             if isinstance(loss, torch.Tensor) and loss.dim() > 0:
-                error = ExerciseError("shape", f"{where} has shape {tuple(loss.shape)}; a loss is a 0-dim tensor.")
-                raise error.but(
-                    hint="sum the counted tokens' losses: backward starts from one number.", mistake="not-a-scalar"
-                )
+                raise _fail("not-a-scalar", f"{where} has shape {tuple(loss.shape)}; a loss is a 0-dim tensor.")
             if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
                 raise _fail("no-graph", f"{where} is a {type(loss).__name__} without a graph.")
             if not torch.isfinite(loss.detach()):
@@ -660,10 +641,16 @@ def check_rank_window_losses(rank_window_losses: Callable) -> None:
         _check_rank_losses(results, inputs, learner)
         total = sum(int(mask.sum()) for rank in fresh for _, mask in rank)
         expected = parameters_to_vector(mask.double() / total for rank in fresh for _, mask in rank)
-        what = dict(
-            what="DDP's average gradient with respect to each token's loss", label=label, context={"num_tokens": total}
+        what = "DDP's average gradient with respect to each token's loss"
+        _compare_naming_variant(
+            _token_grads(results, inputs),
+            expected,
+            runs,
+            _same_token_grads,
+            what=what,
+            label=label,
+            context={"num_tokens": total},
         )
-        _compare_naming_variant(_token_grads(results, inputs), expected, runs, _same_token_grads, **what)
     passed(
         "rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient "
         "(2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"
