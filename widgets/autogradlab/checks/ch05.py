@@ -22,8 +22,7 @@ Function pass: ``forward(ctx, ...)`` and ``forward(...)`` with ``setup_context``
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -35,6 +34,8 @@ from autogradlab.checks.core import (
     OffLimits,
     Routine,
     compare,
+    mistakes,
+    named,
     passed,
     seeded,
 )
@@ -65,11 +66,6 @@ def broken(mistake: str, name: str, label: str = "", shown: str = "") -> Exercis
     kind = "type" if mistake in ("not-a-function-class", "arity") else "contract"
     summary, hint = BROKEN[mistake].format(**fields), BROKEN_HINTS[mistake].format(**fields)
     return ExerciseError(kind, summary, hint=hint, mistake=mistake)
-
-
-def mistakes_of(hints: dict[str, str], slips: dict[str, Callable]) -> tuple[Mistake, ...]:
-    """One :class:`Mistake` per slip, with its hint: the tables below stay one line per entry."""
-    return tuple(Mistake(key, hints[key], slip) for key, slip in slips.items())
 
 
 def _apply_of(cls, name: str) -> Callable:
@@ -123,17 +119,6 @@ def _backward(cls, out, v, leaves, frozen, names, name: str, label: str, hints: 
     return grads
 
 
-@contextlib.contextmanager
-def _naming(nonfinite: Mistake | None) -> Iterator[None]:
-    """Name ``nonfinite``'s slip on an inf or NaN that no listed mistake explained."""
-    try:
-        yield
-    except ExerciseError as error:
-        if error.kind == "not-finite" and error.mistake is None and nonfinite is not None:
-            raise error.but(hint=nonfinite.hint, mistake=nonfinite.id) from None
-        raise
-
-
 def check_autograd_function(
     cls,
     *,
@@ -174,28 +159,21 @@ def check_autograd_function(
             raise broken("saves-too-much", name, label, f"{len(saved)} tensors (shapes {[s for s, _ in saved]})")
         slip = saved_check(saved, expected) if saved_check else None
         if slip is not None:
-            raise ExerciseError(
-                "contract", f"`{name}` saves more than backward needs ({label}).", hint=slip.hint, mistake=slip.id
-            )
-        with _naming(nonfinite):
-            wrong_forward = {m: m.compute(*case.args) for m in forward_mistakes}
-            compare(out, expected, what=f"The forward of `{name}`", label=label, mistakes=wrong_forward)
+            summary = f"`{name}` saves more than backward needs ({label})."
+            raise ExerciseError("contract", summary, hint=slip.hint, mistake=slip.id)
+        wrong_forward = {m: m.compute(*case.args) for m in forward_mistakes}
+        compare(
+            out, expected, what=f"The forward of `{name}`", label=label, mistakes=wrong_forward, nonfinite=nonfinite
+        )
         v = torch.randn(expected.shape, generator=seeded(len(label)), dtype=expected.dtype)
         got = _backward(owner, out, v, leaves, frozen, input_names, name, label, error_hints)
         wrong = [m.compute(*case.args, v) for m in mistakes]
         context = {"batch_size": case.args[0].shape[0]} if case.args[0].dim() > 1 else {}
         for i, r in enumerate(_reference_grads(reference, case.args, frozen, v)):
             if r is not None:
-                with _naming(nonfinite):
-                    what = f"The gradient of `{input_names[i]}` that `{name}`'s backward returns"
-                    compare(
-                        got[i],
-                        r,
-                        what=what,
-                        label=label,
-                        context=context,
-                        mistakes={m: w[i] for m, w in zip(mistakes, wrong)},
-                    )
+                what = f"The gradient of `{input_names[i]}` that `{name}`'s backward returns"
+                known = {m: w[i] for m, w in zip(mistakes, wrong)}
+                compare(got[i], r, what=what, label=label, context=context, mistakes=known, nonfinite=nonfinite)
         options = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "raise_exception": False}
         if gradcheck and not torch.autograd.gradcheck(apply, tuple(_leaves(case.args, frozen)), **options):
             hint = "run torch.autograd.gradcheck(Fn.apply, inputs) yourself on float64 inputs: it prints the Jacobian your backward gives next to the finite-difference one."
@@ -225,13 +203,8 @@ def _linear_cases() -> list[Case]:
     cases = []
     for n, d, e, transposed, frozen, note in specs:
         x = _f64(d, n, gen=gen).T if transposed else _f64(n, d, gen=gen)
-        cases.append(
-            Case(
-                (x, _f64(d, e, gen=gen), _f64(e, gen=gen)),
-                f"x {(n, d)}, W {(d, e)}, b {(e,)}{note}",
-                {"frozen": frozen},
-            )
-        )
+        args, label = (x, _f64(d, e, gen=gen), _f64(e, gen=gen)), f"x {(n, d)}, W {(d, e)}, b {(e,)}{note}"
+        cases.append(Case(args, label, {"frozen": frozen}))
     return cases
 
 
@@ -246,7 +219,7 @@ LINEAR_RELU_HINTS = {
     "dW-over-batch": "dW = xᵀ (G ⊙ mask) was divided by the batch size: the upstream G already carries any 1/N of the loss.",
     "mask-inverted": "the mask is inverted: the gradient passes where the output is positive.",
 }
-LINEAR_RELU_MISTAKES = mistakes_of(
+LINEAR_RELU_MISTAKES = mistakes(
     LINEAR_RELU_HINTS,
     {
         "no-mask": lambda x, W, b, G: _linear_relu_grads(x, W, G, 1.0),
@@ -316,7 +289,7 @@ SOFTPLUS_HINTS = {
     "sigmoid-of-minus-x": "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).",
     "softplus-as-derivative": "that is the softplus itself, not its derivative σ(x).",
 }
-SOFTPLUS_MISTAKES = mistakes_of(
+SOFTPLUS_MISTAKES = mistakes(
     SOFTPLUS_HINTS,
     {
         "overflow": lambda x, v: (v * torch.exp(x) / (1 + torch.exp(x)),),
@@ -344,13 +317,8 @@ def _check_softplus_precision(apply: Callable, name: str) -> None:
     if not relative <= 1e-12:
         detail = f"For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got]} (relative error {relative:.3g})."
         hint = "1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
-        raise ExerciseError(
-            "value",
-            f"The forward of `{name}` loses the tiny values.",
-            detail=detail,
-            hint=hint,
-            mistake="log-not-log1p",
-        )
+        summary = f"The forward of `{name}` loses the tiny values."
+        raise ExerciseError("value", summary, detail=detail, hint=hint, mistake="log-not-log1p")
 
 
 def check_softplus_function(StableSoftplus) -> None:
@@ -412,7 +380,7 @@ NORM_HINTS = {
     "sqrt-in-backward": "your backward recomputes the norm with sqrt: differentiating it, sqrt's own backward at 0 divides by 2·√0, and no where after it can keep that NaN out (the cell above). Use the norm your forward saved, and divide by torch.where(norm > 0, norm, 1).",
     "not-differentiable": "this exercise needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), no .detach()): a gradient penalty differentiates it.",
 }
-NORM_MISTAKES = mistakes_of(
+NORM_MISTAKES = mistakes(
     NORM_HINTS,
     {
         "no-grad-output": lambda x, v: (_norm_grad(x, torch.ones_like(v)),),
@@ -444,14 +412,12 @@ def _check_norm_double_backward(apply: Callable, name: str) -> None:
         (gg,) = torch.autograd.grad((g**2).sum() + g.sum(), leaf)
     except RuntimeError as exc:
         summary = f"The backward of `{name}` cannot be differentiated ({str(exc).splitlines()[0]})."
-        raise ExerciseError(
-            "contract", summary, hint=NORM_HINTS["not-differentiable"], mistake="not-differentiable"
-        ) from None
+        raise named("not-differentiable", summary, NORM_HINTS) from None
     if not torch.isfinite(gg).all():
         recomputed = "SqrtBackward0" in {node_name(n) for n in walk([g])[0]}
         mistake = "sqrt-in-backward" if recomputed else "where-branch"
         summary = f"Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x."
-        raise ExerciseError("not-finite", summary, hint=NORM_HINTS[mistake], mistake=mistake)
+        raise named(mistake, summary, NORM_HINTS, "not-finite")
     x = _f64(3, 4, gen=gen).requires_grad_()
     if not torch.autograd.gradgradcheck(apply, (x,), eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=False):
         summary = f"gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are wrong."
@@ -515,7 +481,7 @@ STE_HINTS = {
     "round": "the forward is sign(x), not round(x).",
     "clamp": "the forward is sign(x), not the clamp (hardtanh) of x.",
 }
-STE_MISTAKES = mistakes_of(
+STE_MISTAKES = mistakes(
     STE_HINTS,
     {
         "true-derivative": lambda x, v: (torch.zeros_like(v),),
@@ -525,7 +491,7 @@ STE_MISTAKES = mistakes_of(
         "inverted-window": lambda x, v: (v * (x.abs() > 1),),
     },
 )
-STE_FORWARD_MISTAKES = mistakes_of(
+STE_FORWARD_MISTAKES = mistakes(
     STE_HINTS,
     {
         "sign-of-zero": lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
