@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, passed
+from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, mistakes, passed
 from autogradlab.checks.stateful import differences, run_variants, snapshot, variants
 from autogradlab.models.train_state import module_mode
 from autogradlab.models.train_state.setups import (
@@ -186,11 +187,8 @@ def _ratio_slips(seed: int, max_norm: float, step: int) -> dict[str, float]:
 
 def _check_numbers(returned, expected, label: str, seed: int, max_norm: float, step: int) -> None:
     if not isinstance(returned, (tuple, list)) or len(returned) != 3:
-        raise ExerciseError(
-            "type",
-            f"`train_step` should return three numbers (loss, grad_norm, update_ratio); got {type(returned).__name__} for {label}.",
-            mistake="not-three",
-        )
+        summary = f"`train_step` should return three numbers (loss, grad_norm, update_ratio); got {type(returned).__name__} for {label}."
+        raise ExerciseError("type", summary, mistake="not-three")
     got = [_number(v, w, label) for v, w in zip(returned, ("the loss", "grad_norm", "update_ratio"))]
     loss, norm, ratio = (float(v) for v in expected)
     same = lambda a, b, rtol=1e-6: abs(a - b) <= rtol * abs(b) + 1e-12
@@ -244,53 +242,30 @@ def check_train_step(train_step: Callable) -> None:
 # --------------------------------------------------------------------------- exercise 2: optimizer coverage
 
 
-def _covered(optimizer, groups=None) -> set[int]:
-    return {id(p) for group in (groups or optimizer.param_groups) for p in group["params"]}
-
-
-def _coverage(model, optimizer, inside: Callable, trainable: Callable = lambda p: p.requires_grad):
-    """(missing, frozen_inside) by the given criteria: the reference uses identity and requires_grad."""
+def _coverage(model, optimizer, slip: str = "") -> tuple[list[str], list[str]]:
+    """(missing, frozen_inside): trainable parameters in no param group, frozen ones in some (by identity);
+    ``slip`` (a key of ``_COVERAGE_HINTS``) makes that typical mistake."""
+    members = [q for g in optimizer.param_groups[: 1 if slip == "first-group" else None] for q in g["params"]]
+    if slip == "by-value":
+        inside = lambda p: any(p.shape == q.shape and torch.equal(p, q) for q in members)
+    else:
+        inside = lambda p: id(p) in {id(q) for q in members}
     named = list(model.named_parameters())
-    missing = sorted(n for n, p in named if trainable(p) and not inside(p))
-    return missing, sorted(n for n, p in named if not p.requires_grad and inside(p))
+    found = (lambda p: p.grad is not None) if slip == "grad-criterion" else inside
+    missing = sorted(n for n, p in named if (p.requires_grad or slip == "no-requires-grad-filter") and not found(p))
+    frozen = sorted(n for n, p in named if not p.requires_grad and (slip == "frozen-outside-listed" or inside(p)))
+    return (frozen, missing) if slip == "swapped" else (missing, frozen)
 
 
-def _coverage_reference(model, optimizer):
-    return _coverage(model, optimizer, lambda p: id(p) in _covered(optimizer))
-
-
-# mistake id -> (what a learner with that slip returns, the hint)
-COVERAGE_SLIPS = {
-    "swapped": (
-        lambda m, o: _coverage_reference(m, o)[::-1],
-        "the two lists are swapped: return (missing, frozen_inside) in that order.",
-    ),
-    "no-requires-grad-filter": (
-        lambda m, o: (_coverage(m, o, lambda p: id(p) in _covered(o), lambda p: True)[0], _coverage_reference(m, o)[1]),
-        "a frozen parameter outside the optimizer is fine: `missing` lists only trainable (requires_grad=True) parameters that no param group holds.",
-    ),
-    "frozen-outside-listed": (
-        lambda m, o: (_coverage_reference(m, o)[0], sorted(n for n, p in m.named_parameters() if not p.requires_grad)),
-        "`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct.",
-    ),
-    "by-value": (
-        lambda m, o: _coverage(
-            m, o, lambda p: any(p.shape == q.shape and torch.equal(p, q) for g in o.param_groups for q in g["params"])
-        ),
-        "a parameter was counted as covered because some optimizer parameter has equal *values* (both biases are zeros): compare identities with id(p), not values.",
-    ),
-    "first-group": (
-        lambda m, o: _coverage(m, o, lambda p: id(p) in _covered(o, o.param_groups[:1])),
-        "go through every param group (optimizer.param_groups[i]['params']), not only the first.",
-    ),
-    "grad-criterion": (
-        lambda m, o: (
-            sorted(n for n, p in m.named_parameters() if p.requires_grad and p.grad is None),
-            _coverage_reference(m, o)[1],
-        ),
-        "`missing` means in no param group, whatever its `.grad`: a parameter may have no gradient yet (no backward ran) and still be in the optimizer, or have one and be outside it.",
-    ),
+_COVERAGE_HINTS = {
+    "swapped": "the two lists are swapped: return (missing, frozen_inside) in that order.",
+    "no-requires-grad-filter": "a frozen parameter outside the optimizer is fine: `missing` lists only trainable (requires_grad=True) parameters that no param group holds.",
+    "frozen-outside-listed": "`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct.",
+    "by-value": "a parameter was counted as covered because some optimizer parameter has equal *values* (both biases are zeros): compare identities with id(p), not values.",
+    "first-group": "go through every param group (optimizer.param_groups[i]['params']), not only the first.",
+    "grad-criterion": "`missing` means in no param group, whatever its `.grad`: a parameter may have no gradient yet (no backward ran) and still be in the optimizer, or have one and be outside it.",
 }
+COVERAGE_MISTAKES = mistakes(_COVERAGE_HINTS, {slip: partial(_coverage, slip=slip) for slip in _COVERAGE_HINTS})
 COVERAGE_HINT = "missing = requires_grad and in no param group; frozen_inside = not requires_grad and in some group. Build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}` and compare identities."
 IDENTITY_HINT = "`p in some_list` compares tensors by value (element-wise ==). Compare identities: build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}`."
 
@@ -308,7 +283,7 @@ def _names(result, label: str) -> tuple[list[str], list[str]]:
 def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
     """Check ``optimizer_coverage(model, optimizer) -> (missing, frozen_inside)``: lists of parameter names.
 
-    >>> check_optimizer_coverage(_coverage_reference)
+    >>> check_optimizer_coverage(_coverage)
     ✓ optimizer_coverage finds the uncovered and the stale parameters in 4 set-ups, and changes nothing
     """
     hints = {"ambiguous_bool": IDENTITY_HINT, "size_mismatch": IDENTITY_HINT}
@@ -323,20 +298,14 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
         got = _names(learner.on(label)(model, optimizer), label)
         if layout(model, optimizer) != before:
             summary = f"`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a param group's members)."
-            raise ExerciseError(
-                "contract",
-                summary,
-                hint="it should only look: report the problems, do not fix them.",
-                mistake="changed-model",
-            )
-        expected = _coverage_reference(model, optimizer)
+            hint = "it should only look: report the problems, do not fix them."
+            raise ExerciseError("contract", summary, hint=hint, mistake="changed-model")
+        expected = _coverage(model, optimizer)
         if got == expected:
             continue
-        slip = next(
-            (m for m, (wrong, _) in COVERAGE_SLIPS.items() if tuple(map(sorted, wrong(model, optimizer))) == got), None
-        )
+        slip = next((m for m in COVERAGE_MISTAKES if tuple(map(sorted, m.compute(model, optimizer))) == got), None)
         summary = f"`optimizer_coverage` is wrong for {label}: got missing={got[0]}, frozen_inside={got[1]}; expected missing={expected[0]}, frozen_inside={expected[1]}."
-        raise ExerciseError("value", summary, hint=COVERAGE_SLIPS[slip][1] if slip else COVERAGE_HINT, mistake=slip)
+        raise ExerciseError("value", summary, hint=slip.hint if slip else COVERAGE_HINT, mistake=slip and slip.id)
     passed(
         f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups, and changes nothing"
     )
@@ -397,9 +366,8 @@ def _evaluate_problem(got, model, batches, kept, state, modes, loss_fn, recorded
         return "graph", "`evaluate` built autograd graphs"
     if any(not (torch.equal(x, kx) and torch.equal(y, ky)) for (x, y), (kx, ky) in zip(batches, kept)):
         return "batch-changed", "`evaluate` changed the caller's batches"
-    if not torch.equal(bn.running_mean, state["1.running_mean"]) or int(bn.num_batches_tracked) != int(
-        state["1.num_batches_tracked"]
-    ):
+    tracked = int(bn.num_batches_tracked) != int(state["1.num_batches_tracked"])
+    if not torch.equal(bn.running_mean, state["1.running_mean"]) or tracked:
         return "bn-statistics", "`evaluate` changed BatchNorm's running statistics"
     now = [m.training for m in model.modules()]
     if now != modes:
@@ -435,12 +403,9 @@ def check_evaluate(evaluate: Callable) -> None:
         label = f"a Linear-BatchNorm-ReLU-Dropout-Linear model {described}, batches of 5, 3, 7"
         recorded = []  # whether the first layer's output was part of a graph, on each call
         hook = model[0].register_forward_hook(lambda module, args, out, log=recorded: log.append(out.requires_grad))
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), hook:
             torch.manual_seed(7)
-            try:
-                got = learner.on(label)(model, batches, loss_fn)
-            finally:
-                hook.remove()
+            got = learner.on(label)(model, batches, loss_fn)
         problem = _evaluate_problem(got, model, batches, kept, state, modes, loss_fn, recorded, how)
         if problem is not None:
             mistake, summary = problem
@@ -537,12 +502,8 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
         resume_train(*run, epochs=2)  # the saved run goes on training
         at_save["end"] = _flat(run[0])
         if not untouched or not torch.equal(at_save["end"], expected):
-            raise ExerciseError(
-                "contract",
-                "`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint.",
-                hint=RESUME_HINTS["changed-run"],
-                mistake="changed-run",
-            )
+            summary = "`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint."
+            raise ExerciseError("contract", summary, hint=RESUME_HINTS["changed-run"], mistake="changed-run")
         for attempt in ("first resume", "second resume from the same checkpoint"):
             fresh = resume_setup(attempt.startswith("second") + 1)  # other initial weights
             torch.manual_seed(1234)  # and another global RNG state, as in a new process
@@ -555,11 +516,12 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
             diff = float((_flat(fresh[0]) - expected).abs().max())
             again = attempt.startswith("second")
             mistake = "shared-checkpoint" if again else (part or "not-exact")
-            summary = f"after load_state ({attempt}) the run is not bit-exact" + (
+            why = (
                 f": the {part} part is not as it was at the checkpoint."
                 if part
                 else f" (max |Δparameter| = {diff:.3g} after 2 more epochs)."
             )
+            summary = f"after load_state ({attempt}) the run is not bit-exact{why}"
             if again:
                 summary = f"the first resume was bit-exact, but loading the same checkpoint again restored other {part or 'state'}: training after the first resume changed the checkpoint."
             raise ExerciseError("value", summary, hint=RESUME_HINTS[mistake], mistake=mistake)
