@@ -26,8 +26,12 @@ def _pattern(term: str) -> re.Pattern:
     return re.compile(r"(?<![\w-])" + re.escape(term) + r"(s|es)?(?![\w-])", re.IGNORECASE)
 
 
+_CODE_AND_MATH = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|```.*?```", re.S)
+
+
 def missing_terms(english: str, chinese: str, terms: list[tuple[str, str]]) -> list[str]:
-    """The glossary terms ``english`` uses whose fixed form ``chinese`` lacks."""
+    """The glossary terms ``english``'s prose uses (not its code or math) whose fixed form ``chinese`` lacks."""
+    english = _CODE_AND_MATH.sub(" ", english)
     missing = []
     for term, fixed in terms:
         pattern = _pattern(term)
@@ -41,6 +45,7 @@ def missing_terms(english: str, chinese: str, terms: list[tuple[str, str]]) -> l
 def test_the_finder_sees_a_missing_term_and_lets_the_longer_term_win():
     terms = glossary()
     assert missing_terms("The backward pass frees saved tensors.", "反向传播会释放 saved tensors。", terms) == []
+    assert missing_terms("Call `optimizer.step()` with `gradient=`.", "调用 `optimizer.step()`。", terms) == []
     assert missing_terms("The gradient of a leaf tensor.", "叶子张量的导数。", terms) == [
         "leaf tensor → leaf tensor",
         "gradient → 梯度",
