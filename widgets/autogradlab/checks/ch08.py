@@ -21,11 +21,13 @@ from autogradlab.checks.core import (
     Case,
     ExerciseError,
     LearnerCall,
-    Mistake,
     OffLimits,
     Routine,
     check_function,
+    clones,
     close,
+    mistakes,
+    named,
     passed,
     seeded,
 )
@@ -70,16 +72,15 @@ def _scale_variant(kind: str):
     return rule
 
 
-SCALE_MISTAKES = tuple(
-    Mistake(kind, hint, _scale_variant(kind))
-    for kind, hint in {
-        "no-reset-on-overflow": "an overflow resets the count of good steps to 0: growth needs growth_interval good steps *in a row*.",
-        "off-by-one": "off by one: the scale grows on the growth_interval-th good step in a row, not the one after.",
-        "count-all-steps": "the count is of good steps in a row since the last change, not of all steps: every overflow restarts it.",
-        "no-reset-after-growth": "after growing, the count restarts from 0: the next growth needs another growth_interval good steps.",
-        "fixed-half": "on an overflow the scale is multiplied by backoff_factor (which is not always 0.5).",
-    }.items()
-)
+SCALE_HINTS = {
+    "no-reset-on-overflow": "an overflow resets the count of good steps to 0: growth needs growth_interval good steps *in a row*.",
+    "off-by-one": "off by one: the scale grows on the growth_interval-th good step in a row, not the one after.",
+    "count-all-steps": "the count is of good steps in a row since the last change, not of all steps: every overflow restarts it.",
+    "no-reset-after-growth": "after growing, the count restarts from 0: the next growth needs another growth_interval good steps.",
+    "fixed-half": "on an overflow the scale is multiplied by backoff_factor (which is not always 0.5).",
+    None: "replay the rule step by step: overflow → scale × backoff_factor and count = 0; ok → count + 1, and when the count reaches growth_interval → scale × growth_factor and count = 0.",
+}
+SCALE_MISTAKES = mistakes(SCALE_HINTS, {kind: _scale_variant(kind) for kind in SCALE_HINTS if kind})
 
 SCALE_CASES = (  # (overflows: x = overflow, . = ok; init_scale, growth_interval, growth_factor, backoff_factor)
     ("...", 1024.0, 3, 2.0, 0.5),
@@ -108,37 +109,24 @@ def check_loss_scale_after(loss_scale_after) -> None:
     >>> check_loss_scale_after(_scale_variant("right"))
     ✓ loss_scale_after matches torch.amp.GradScaler on 6 sequences
     """
+    learner = LearnerCall(loss_scale_after, "loss_scale_after", SCALE_OFF_LIMITS)
     for pattern, *settings in SCALE_CASES:
-        overflows = [c == "x" for c in pattern]
-        label = (
-            "overflows = {!r} (x = overflow), init_scale={:g}, growth_interval={}, growth_factor={:g}, "
-            "backoff_factor={:g}".format(pattern, *settings)
-        )
-        got = LearnerCall(loss_scale_after, "loss_scale_after", SCALE_OFF_LIMITS, label=label)(
-            list(overflows), *settings
-        )
+        overflows, (init, interval, growth, backoff) = [c == "x" for c in pattern], settings
+        label = f"overflows = {pattern!r} (x = overflow), init_scale={init:g}, growth_interval={interval}, growth_factor={growth:g}, backoff_factor={backoff:g}"
+        got = learner.on(label)(list(overflows), *settings)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise ExerciseError(
-                "type", f"`loss_scale_after` returned a {type(got).__name__} for {label}; expected a number."
-            )
+            summary = f"`loss_scale_after` returned a {type(got).__name__} for {label}; expected a number."
+            raise ExerciseError("type", summary)
         expected = _gradscaler_scale_after(overflows, *settings)
         if not math.isclose(float(got), expected, rel_tol=1e-6):
-            slip = next(
-                (m for m in SCALE_MISTAKES if math.isclose(float(got), m.compute(overflows, *settings), rel_tol=1e-6)),
-                None,
-            )
+            slips = {m.id: m.compute(overflows, *settings) for m in SCALE_MISTAKES}
+            slip = next((k for k, value in slips.items() if math.isclose(float(got), value, rel_tol=1e-6)), None)
+            detail = f"measured: got {float(got):g}, GradScaler gives {expected:g}."
+            measured, summary = {"got": float(got), "expected": expected}, f"`loss_scale_after` is wrong for {label}."
             raise ExerciseError(
-                "value",
-                f"`loss_scale_after` is wrong for {label}.",
-                detail=f"measured: got {float(got):g}, GradScaler gives {expected:g}.",
-                hint=slip.hint
-                if slip
-                else "replay the rule step by step: overflow → scale × backoff_factor and count = 0; "
-                "ok → count + 1, and when the count reaches growth_interval → scale × growth_factor and count = 0.",
-                mistake=slip.id if slip else None,
-                measured={"got": float(got), "expected": expected},
+                "value", summary, detail=detail, hint=SCALE_HINTS[slip], mistake=slip, measured=measured
             )
     passed(f"loss_scale_after matches torch.amp.GradScaler on {len(SCALE_CASES)} sequences")
 
@@ -213,13 +201,8 @@ TWO_HINTS = {
     "scale-differs": "the scale evolves differently: scaler.update() belongs once per call, after every scaler.step.",
     "order": "compare with: zero the gradients → autocast forward + loss → (scaled) backward outside autocast → for each optimizer: unscale_, clip its own parameters → step each → update once.",
 }
-TWO_VARIANTS = variants(
-    _two_step,
-    {
-        k: TWO_HINTS[k]
-        for k in "clip-first unscale-first-only update-each optimizer-step one-clip no-zero-grad scaled-loss".split()
-    },
-)
+_SLIPS = "clip-first unscale-first-only update-each optimizer-step one-clip no-zero-grad scaled-loss"
+TWO_VARIANTS = variants(_two_step, {k: TWO_HINTS[k] for k in _SLIPS.split()})
 
 # (seed, dtype, steps, (max_norm / ‖g‖ of body, head), init_scale, growth_interval, the step on which the head overflows)
 TWO_CASES = (
@@ -270,7 +253,8 @@ def _run_two(step: Callable, case) -> dict:
         optimizer.register_step_post_hook(
             lambda *_, i=i: record["steps"][-1].__setitem__(i, record["steps"][-1][i] + 1)
         )
-    settings = [{k: v for k, v in g.items() if k != "params"} for o in optimizers for g in o.param_groups]
+    group_settings = lambda: [{k: v for k, v in g.items() if k != "params"} for o in optimizers for g in o.param_groups]
+    settings = group_settings()
     for n, (x, y) in enumerate(batches):
         inject[0] = n == overflow_at
         for p in model.parameters():  # stale gradients from an earlier step
@@ -280,7 +264,7 @@ def _run_two(step: Callable, case) -> dict:
         loss = step(model, optimizers, max_norms, scaler, x, y, dtype)
         if (max_norms, optimizers) != given:
             record["problems"].append("changed-arguments")
-        if [{k: v for k, v in g.items() if k != "params"} for o in optimizers for g in o.param_groups] != settings:
+        if group_settings() != settings:
             record["problems"].append("changed-settings")
         if any(p.dtype != torch.float32 for p in model.parameters()) or not model.training:
             record["problems"].append("changed-model")
@@ -304,10 +288,6 @@ def _same_run(got: dict, ref: dict) -> bool:
     )
 
 
-def _two_error(mistake: str, summary: str, kind: str = "contract", **fields) -> ExerciseError:
-    return ExerciseError(kind, summary, hint=TWO_HINTS[mistake], mistake=mistake, **fields)
-
-
 def check_two_optimizer_step(two_optimizer_step) -> None:
     """Check ``two_optimizer_step(model, optimizers, max_norms, scaler, x, y, dtype)`` against the reference step.
 
@@ -327,15 +307,19 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         ref, got, head = runs.reference, runs.learner, f"`two_optimizer_step` for {label}"
         used = {d for enabled, d in got["forward"] if enabled}
         if not got["forward"]:
-            raise _two_error("no-forward", f"{head} never called the model.")
+            raise named("no-forward", f"{head} never called the model.", TWO_HINTS)
         if len(used) != 1 or len(got["forward"]) > sum(enabled for enabled, _ in got["forward"]):
-            raise _two_error("no-autocast", f"{head} ran the forward pass outside autocast.")
+            raise named("no-autocast", f"{head} ran the forward pass outside autocast.", TWO_HINTS)
         if used != {dtype}:
-            raise _two_error("always-fp16", f"{head} ran autocast in {used.pop()}, but the step asked for {dtype}.")
+            raise named(
+                "always-fp16", f"{head} ran autocast in {used.pop()}, but the step asked for {dtype}.", TWO_HINTS
+            )
         if got["backward_in_autocast"]:
-            raise _two_error("backward-in-autocast", f"{head} ran backward inside the autocast region.")
+            raise named("backward-in-autocast", f"{head} ran backward inside the autocast region.", TWO_HINTS)
         if got["problems"]:
-            raise _two_error(got["problems"][0], f"{head} changed something the caller passed besides the update.")
+            raise named(
+                got["problems"][0], f"{head} changed something the caller passed besides the update.", TWO_HINTS
+            )
         if any(not isinstance(loss, float) for loss in got["losses"]):
             kinds = ", ".join(sorted({type(loss).__name__ for loss in got["losses"]}))
             raise ExerciseError(
@@ -346,11 +330,7 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         slip = runs.closest(_same_run)  # a variant that raises on this case is left out
         last = ref["params"][-1]
         measured = {"relative_param_error": float((got["params"][-1] - last).norm() / last.norm())}
-        detail = (
-            f"measured: scale after each step got {got['scales']}, expected {ref['scales']}; optimizer steps per step "
-            f"(first, second) got {got['steps']}, expected {ref['steps']}; ‖θ − expected‖ / ‖expected‖ after the last "
-            f"step = {measured['relative_param_error']:.3g}; loss got {got['losses']}, expected {[round(v, 6) for v in ref['losses']]}"
-        )
+        detail = f"measured: scale after each step got {got['scales']}, expected {ref['scales']}; optimizer steps per step (first, second) got {got['steps']}, expected {ref['steps']}; ‖θ − expected‖ / ‖expected‖ after the last step = {measured['relative_param_error']:.3g}; loss got {got['losses']}, expected {[round(v, 6) for v in ref['losses']]}"
         symptoms = {
             "inf-applied": not all(torch.isfinite(p).all() for p in got["params"]),
             "steps-differ": got["steps"] != ref["steps"],
@@ -413,7 +393,7 @@ _ADAM_WRONG = {  # each slip's update, (grad, scale, max_norm, lr, eps, clip_bef
     "bug-is-g-over-s": lambda g, s, m, lr, eps, bug: _adam_like(g / s if bug else _used(g, s, m, False), lr, eps),
     "never-unscaled": lambda g, s, m, lr, eps, bug: _adam_like(_used(g, s, m, bug) * (s if bug else 1.0), lr, eps),
 }
-ADAM_MISTAKES = tuple(Mistake(k, ADAM_HINTS[k], f) for k, f in _ADAM_WRONG.items())
+ADAM_MISTAKES = mistakes(ADAM_HINTS, _ADAM_WRONG)
 
 
 def _adam_cases() -> list[Case]:
@@ -432,10 +412,7 @@ def _adam_cases() -> list[Case]:
         g = cases.spread_gradient(gen, n, dtype)
         g = g.reshape(n // 4, 4) if dtype == torch.float32 else g
         norm = float(g.double().norm())
-        label = (
-            f"grad of shape {tuple(g.shape)} ({dtype}), scale {scale:g}, max_norm {ratio * norm:.3g} (‖g‖ = {norm:.3g}), "
-            f"lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}"
-        )
+        label = f"grad of shape {tuple(g.shape)} ({dtype}), scale {scale:g}, max_norm {ratio * norm:.3g} (‖g‖ = {norm:.3g}), lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}"
         out.append(Case((g, scale, ratio * norm, lr, eps, bug), label))
     return out
 
@@ -474,7 +451,7 @@ def check_adam_first_update(adam_first_update) -> None:
     outputs = []
     for case in adam_cases:  # several mistakes coincide on some inputs: name the one that agrees on every input
         try:
-            outputs.append(learner(*(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)))
+            outputs.append(learner(*clones(case.args)))
         except ExerciseError:  # reported properly by check_function below
             outputs.append(None)
     consistent = tuple(
