@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, OffLimits, Routine, compare, passed
+from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, Routine, compare, mistakes, named, passed
 from autogradlab.graph.saved_bytes import SavedBytes, storage_key
 from autogradlab.models.fixtures import make_mlp, mlp_loss
 from autogradlab.torch_internals import TorchDispatchMode, TorchFunctionMode, version
@@ -75,7 +75,7 @@ _STORAGE_SLIPS = {  # the list a learner with that misconception writes (None wh
     ),
     "per-example": lambda b, s, d, a: [n // b for n in _right(b, s, d, a)] if b != 1 else None,
 }
-ACTIVATION_MISTAKES = tuple(Mistake(key, _STORAGE_HINTS[key], slip) for key, slip in _STORAGE_SLIPS.items())
+ACTIVATION_MISTAKES = mistakes(_STORAGE_HINTS, _STORAGE_SLIPS)
 
 _ACTIVATION_CASES = [
     (3, [5, 7, 6, 2], torch.float64, "relu"),
@@ -91,9 +91,8 @@ def _byte_list(got, label: str) -> list[int]:
     got = got.tolist() if isinstance(got, torch.Tensor) else got
     if isinstance(got, (int, float)) and not isinstance(got, bool):
         hint = "return a list with the bytes of each saved activation storage, in the order the forward pass creates them (the total alone can be right for the wrong reasons)."
-        raise ExerciseError(
-            "type", f"`saved_activation_bytes` returned one number ({got}) for {label}.", hint=hint, mistake="total"
-        )
+        summary = f"`saved_activation_bytes` returned one number ({got}) for {label}."
+        raise ExerciseError("type", summary, hint=hint, mistake="total")
     whole = lambda n: isinstance(n, (int, float)) and not isinstance(n, bool) and float(n).is_integer()
     if not isinstance(got, (list, tuple)) or not all(whole(n) for n in got):
         raise ExerciseError("type", f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r}.")
@@ -119,16 +118,13 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
             continue
         found = next((m for m in ACTIVATION_MISTAKES if m.compute(*case) == got), None)
         same_total = found is None and sum(got) == sum(truth)
+        agree = " The totals agree, the storages do not." if same_total else ""
+        detail = f"You listed {got} (total {sum(got)} B); a saved_tensors_hooks measurement of this model finds {truth} (total {sum(truth)} B).{agree}"
+        hint = "go layer by layer: what does Linear's backward need, what does the activation's derivative need, what does pow need? Then count a tensor that two layers save once."
+        mistake = found.id if found else ("same-total" if same_total else None)
+        summary, measured = f"`saved_activation_bytes` is wrong for {label}.", {"got": got, "expected": truth}
         raise ExerciseError(
-            "value",
-            f"`saved_activation_bytes` is wrong for {label}.",
-            detail=f"You listed {got} (total {sum(got)} B); a saved_tensors_hooks measurement of this model finds "
-            f"{truth} (total {sum(truth)} B)." + (" The totals agree, the storages do not." if same_total else ""),
-            hint=found.hint
-            if found
-            else "go layer by layer: what does Linear's backward need, what does the activation's derivative need, what does pow need? Then count a tensor that two layers save once.",
-            mistake=found.id if found else ("same-total" if same_total else None),
-            measured={"got": got, "expected": truth},
+            "value", summary, detail=detail, hint=found.hint if found else hint, mistake=mistake, measured=measured
         )
     passed(
         f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
@@ -208,12 +204,8 @@ def _allocation_error(trace: _OpTrace, label: str, fewest: int) -> ExerciseError
     missed = next((n for n, ok in allowed.items() if ok and n not in trace.in_place), None)
     if wasted and CHAIN[_STEPS.index(wasted)][2] == "input":
         hint = f"`{wasted}` saves its input for backward, so autograd clones the input before `{wasted}_` overwrites it: still {len(trace.allocating)} allocations. The spec asks for out of place wherever in place saves nothing."
-        return ExerciseError(
-            "contract",
-            f"`chain_inplace` runs `{wasted}_` in place for {label}, which saves no memory.",
-            hint=hint,
-            mistake="in-place-saves-nothing",
-        )
+        summary = f"`chain_inplace` runs `{wasted}_` in place for {label}, which saves no memory."
+        return ExerciseError("contract", summary, hint=hint, mistake="in-place-saves-nothing")
     if missed:
         saves = CHAIN[_STEPS.index(missed)][2]
         hint = (
@@ -274,9 +266,8 @@ def check_inplace_chain(chain_inplace) -> None:
             )
         compare(out, chain(x.detach()), what="`chain_inplace`", label=label)
         if aliases.used:
-            used = aliases.used[0]
-            raise ExerciseError(
-                "off-limits", f"`chain_inplace` used `{used}` for {label}.", hint=ALIAS_HINTS[used], mistake=used
+            raise named(
+                aliases.used[0], f"`chain_inplace` used `{aliases.used[0]}` for {label}.", ALIAS_HINTS, "off-limits"
             )
         try:
             (grad,) = torch.autograd.grad(out.sum(), x)
@@ -284,12 +275,8 @@ def check_inplace_chain(chain_inplace) -> None:
             raise _backward_error(exc, trace, label) from None
         if not torch.allclose(grad, torch.autograd.grad(chain(x).sum(), x)[0]):
             hint = "something changed a saved tensor where autograd could not see it: backward used the new values."
-            raise ExerciseError(
-                "value",
-                f"`chain_inplace` gives a wrong gradient for {label}, with no error.",
-                hint=hint,
-                mistake="hidden-change",
-            )
+            summary = f"`chain_inplace` gives a wrong gradient for {label}, with no error."
+            raise ExerciseError("value", summary, hint=hint, mistake="hidden-change")
         error = _allocation_error(trace, label, fewest)
         if error is not None:
             raise error
@@ -310,6 +297,7 @@ def _model(seed: int) -> torch.nn.Module:
 
 
 EMA_HINTS = {
+    "not-a-dict": "`{name: view for name, p in model.named_parameters()}`: the names are what evaluation code looks up.",
     "values": "each entry starts at its parameter's value and has its shape: `.view(p.shape)` of a slice of the buffer.",
     "in-graph": "the average is plain data: build it from `p.detach()` and update it under `torch.no_grad()` (`torch.cat` of parameters is a graph node).",
     "shares-model": "`detach()` and views share memory with the parameter, so every optimizer step would change the average too; `torch.cat` (or a new `torch.empty` you copy into) allocates new memory.",
@@ -327,24 +315,16 @@ def _init_problem(ema, model) -> tuple[str, str] | None:
     """(mistake, what is wrong) for the dict init_ema returned, or None."""
     params = dict(model.named_parameters())
     for name, e in ema.items():
-        if (
-            not isinstance(e, torch.Tensor)
-            or e.shape != params[name].shape
-            or not torch.equal(e.detach(), params[name].detach())
-        ):
-            return (
-                "values",
-                f"`init_ema`'s {name} should start at the parameter's value, shape {tuple(params[name].shape)}.",
-            )
+        p = params[name]
+        if not isinstance(e, torch.Tensor) or e.shape != p.shape or not torch.equal(e.detach(), p.detach()):
+            return "values", f"`init_ema`'s {name} should start at the parameter's value, shape {tuple(p.shape)}."
         if e.requires_grad or e.grad_fn is not None:
             return "in-graph", f"`init_ema`'s {name} is part of autograd (requires_grad={e.requires_grad})."
-    if {storage_key(e) for e in ema.values()} & {storage_key(p) for p in params.values()}:
+    storages = {storage_key(e) for e in ema.values()}
+    if storages & {storage_key(p) for p in params.values()}:
         return "shares-model", "`init_ema` returned tensors that share memory with the model."
-    if len({storage_key(e) for e in ema.values()}) != 1:
-        return (
-            "separate-storages",
-            f"`init_ema`'s tensors live in {len({storage_key(e) for e in ema.values()})} separate storages, not one buffer.",
-        )
+    if len(storages) != 1:
+        return "separate-storages", f"`init_ema`'s tensors live in {len(storages)} separate storages, not one buffer."
     return None
 
 
@@ -360,10 +340,9 @@ def _update_problem(ema, held, before, params, decay, versions) -> tuple[str, st
         if torch.allclose(e.detach(), (1 - decay) * before[name] + decay * params[name]) and decay != 0.5:
             return "decay-swapped", f"`ema_update_` computed wrong values for {name}."
         if not torch.allclose(e.detach(), expected):
-            unchanged = torch.equal(e.detach(), before[name])
-            return ("updated-a-copy" if unchanged else "formula"), f"`ema_update_` left wrong values in {name}" + (
-                ": they did not change." if unchanged else "."
-            )
+            if torch.equal(e.detach(), before[name]):
+                return "updated-a-copy", f"`ema_update_` left wrong values in {name}: they did not change."
+            return "formula", f"`ema_update_` left wrong values in {name}."
         if version(e) == versions[name]:
             return "through-data", f"ema[{name!r}] changed but its version counter did not move."
     return None
@@ -384,22 +363,16 @@ def check_ema(init_ema, ema_update_) -> None:
     >>> check_ema(init_ema, ema_update_)
     ✓ init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone
     """
-    init, update = (
-        LearnerCall(init_ema, "init_ema"),
-        LearnerCall(ema_update_, "ema_update_", error_hints=EMA_HINTS["in-graph"], frozen_inputs=False),
-    )
+    init = LearnerCall(init_ema, "init_ema")
+    update = LearnerCall(ema_update_, "ema_update_", error_hints=EMA_HINTS["in-graph"], frozen_inputs=False)
     for seed, decay in ((0, 0.9), (1, 0.99)):
         model = _model(seed)
         label = f"a 2-layer model (seed {seed}), decay {decay}"
         ema = init.on(label)(model)
         names = [n for n, _ in model.named_parameters()]
         if not isinstance(ema, dict) or sorted(ema) != sorted(names):
-            raise ExerciseError(
-                "type",
-                f"`init_ema` should return a dict keyed by parameter name ({names}), got {type(ema).__name__}.",
-                hint="`{name: view for name, p in model.named_parameters()}`: the names are what evaluation code looks up.",
-                mistake="not-a-dict",
-            )
+            summary = f"`init_ema` should return a dict keyed by parameter name ({names}), got {type(ema).__name__}."
+            raise named("not-a-dict", summary, EMA_HINTS, "type")
         problem = _init_problem(ema, model)
         if problem is None:
             optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -417,7 +390,7 @@ def check_ema(init_ema, ema_update_) -> None:
         if problem is not None:
             mistake, summary = problem
             kind = "value" if mistake in ("values", "decay-swapped", "updated-a-copy", "formula") else "contract"
-            raise ExerciseError(kind, f"{summary} ({label})", hint=EMA_HINTS[mistake], mistake=mistake)
+            raise named(mistake, f"{summary} ({label})", EMA_HINTS, kind)
     passed(
         "init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, "
         "leaving the model alone"
