@@ -271,33 +271,26 @@ def _course_calls(modules: tuple[str, ...], used: list[str]) -> Iterator[None]:
 # --------------------------------------------------------------------------- calling the learner
 
 
-def _global_state() -> dict[str, Any]:
-    """Process-wide settings a learner's function must leave as it found them."""
-    return {
-        "grad mode (torch.is_grad_enabled())": torch.is_grad_enabled(),
-        "inference mode": torch.is_inference_mode_enabled(),
-        "the default dtype": torch.get_default_dtype(),
-        "anomaly detection": torch.is_anomaly_enabled(),
-        "deterministic algorithms": torch.are_deterministic_algorithms_enabled(),
-        "the recursion limit": sys.getrecursionlimit(),
-    }
-
-
-_SETTERS = {
-    "grad mode (torch.is_grad_enabled())": torch.set_grad_enabled,
-    "the default dtype": torch.set_default_dtype,
-    "anomaly detection": torch.set_anomaly_enabled,
-    "deterministic algorithms": torch.use_deterministic_algorithms,
-    "the recursion limit": sys.setrecursionlimit,
+# Process-wide settings a learner's function must leave as it found them: (read, restore).
+_GLOBAL_SETTINGS = {
+    "grad mode (torch.is_grad_enabled())": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "inference mode": (torch.is_inference_mode_enabled, None),  # no public setter: reported, not restored
+    "the default dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+    "deterministic algorithms": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+    "the recursion limit": (sys.getrecursionlimit, sys.setrecursionlimit),
 }
+
+
+def _global_state() -> dict[str, Any]:
+    return {what: read() for what, (read, _) in _GLOBAL_SETTINGS.items()}
 
 
 def _restore_global_state(state: Mapping[str, Any]) -> None:
     # Only what changed: use_deterministic_algorithms imports torch._inductor (seconds) on its first call.
-    now = _global_state()
-    for what, setter in _SETTERS.items():
-        if now[what] != state[what]:
-            setter(state[what])
+    for what, (read, restore) in _GLOBAL_SETTINGS.items():
+        if restore is not None and read() != state[what]:
+            restore(state[what])
 
 
 def learner_line(exc: BaseException) -> str | None:
@@ -345,9 +338,8 @@ class LearnerCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name, label = self.name, self.label
         if not callable(self.fn):
-            raise ExerciseError(
-                "not-a-function", f"`{name}` should be a function, but it is a {type(self.fn).__name__}."
-            )
+            summary = f"`{name}` should be a function, but it is a {type(self.fn).__name__}."
+            raise ExerciseError("not-a-function", summary)
         before = _global_state()
         inputs = [(a, a.detach().clone()) for a in args if isinstance(a, torch.Tensor)] if self.frozen_inputs else []
         used: list[str] = []
@@ -357,20 +349,14 @@ class LearnerCall:
             if self.off_limits.no_graph:
                 result = _out_of_inference(result)
         except NotImplementedError:
-            raise ExerciseError(
-                "not-implemented",
-                f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` "
-                "with your code, run that cell, then run this check again.",
-            ) from None
+            summary = f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` with your code, run that cell, then run this check again."
+            raise ExerciseError("not-implemented", summary) from None
         except Exception as exc:  # the learner's bug, reported as such
             if used or (self.off_limits.no_graph and is_kind(exc, "no_graph")):
                 raise self._off_limits_error(used or ["autograd (a graph cannot be recorded here)"], exc) from None
+            summary, where = f"`{name}` raised {type(exc).__name__} for {label}: {exc}", learner_line(exc)
             raise ExerciseError(
-                "raised",
-                f"`{name}` raised {type(exc).__name__} for {label}: {exc}",
-                where=learner_line(exc),
-                hint=self._hint_for(exc),
-                mistake=error_kind(exc),
+                "raised", summary, where=where, hint=self._hint_for(exc), mistake=error_kind(exc)
             ) from None
         finally:
             changed = [what for what, value in _global_state().items() if before[what] != value]
@@ -378,20 +364,12 @@ class LearnerCall:
         if used:
             raise self._off_limits_error(used, None)
         if changed:
-            raise ExerciseError(
-                "global-state",
-                f"`{name}` changed {', '.join(changed)} for {label} and left it changed.",
-                hint="a function must leave global settings as it found them; use a `with` block "
-                "(e.g. `with torch.no_grad():`) instead of a global switch.",
-                mistake=changed[0],
-            )
-        for given, copy in inputs:
-            if given.shape != copy.shape or not torch.equal(given.detach(), copy):
-                raise ExerciseError(
-                    "changed-input",
-                    f"`{name}` changed its input in place for {label}.",
-                    hint="an in-place op (`x *= ...`, `x.add_(...)`) modifies the caller's tensor; use `x = x * ...`.",
-                )
+            summary = f"`{name}` changed {', '.join(changed)} for {label} and left it changed."
+            hint = "a function must leave global settings as it found them; use a `with` block (e.g. `with torch.no_grad():`) instead of a global switch."
+            raise ExerciseError("global-state", summary, hint=hint, mistake=changed[0])
+        if any(given.shape != copy.shape or not torch.equal(given.detach(), copy) for given, copy in inputs):
+            hint = "an in-place op (`x *= ...`, `x.add_(...)`) modifies the caller's tensor; use `x = x * ...`."
+            raise ExerciseError("changed-input", f"`{name}` changed its input in place for {label}.", hint=hint)
         return result
 
     def _hint_for(self, exc: BaseException) -> str | None:
@@ -400,13 +378,8 @@ class LearnerCall:
         return hint_for(exc, self.error_hints) if self.error_hints else None
 
     def _off_limits_error(self, used: list[str], exc: BaseException | None) -> ExerciseError:
-        return ExerciseError(
-            "off-limits",
-            f"`{self.name}` used {', '.join(used)} for {self.label}.",
-            hint=self.off_limits.why or None,
-            where=learner_line(exc) if exc is not None else None,
-            mistake=used[0],
-        )
+        summary, where = f"`{self.name}` used {', '.join(used)} for {self.label}.", exc and learner_line(exc)
+        return ExerciseError("off-limits", summary, hint=self.off_limits.why or None, where=where, mistake=used[0])
 
 
 def _out_of_inference(value: Any) -> Any:
@@ -511,30 +484,32 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+_SHAPE_HINTS = {  # generic shape mistakes: id -> hint
+    "transposed": "the shape is the transpose of the expected one: check the order of the factors and which one is transposed.",
+    "layout": "right number of elements, wrong layout: reshape or transpose back to the input's shape.",
+    "batch-not-summed": "there is an extra leading dimension of size {batch} (the batch): sum over the batch dimension.",
+    "one-number": "you returned a single number, but one value per input element is expected.",
+    "batch-dim-missing": "the leading (batch) dimension is missing: did you sum or average over it too early?",
+    "shape": "compare the shapes above with the shapes of the inputs.",
+}
+
+
 def shape_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> tuple[str, str]:
     """``(mistake id, hint)`` for a shape mismatch: the mistake that usually causes it."""
-    g, e = tuple(got.shape), tuple(expected.shape)
+    g, e, batch = tuple(got.shape), tuple(expected.shape), context.get("batch_size")
     if got.dim() >= 2 and got.dim() == expected.dim() and g == e[:-2] + (e[-1], e[-2]):
-        return (
-            "transposed",
-            "the shape is the transpose of the expected one: check the order of the factors and which one is transposed.",
-        )
-    if got.numel() == expected.numel():
-        return "layout", "right number of elements, wrong layout: reshape or transpose back to the input's shape."
-    batch = context.get("batch_size")
-    if batch and got.dim() == expected.dim() + 1 and g[0] == batch and g[1:] == e:
-        return (
-            "batch-not-summed",
-            f"there is an extra leading dimension of size {batch} (the batch): sum over the batch dimension.",
-        )
-    if got.numel() == 1 and expected.numel() > 1:
-        return "one-number", "you returned a single number, but one value per input element is expected."
-    if got.dim() == expected.dim() - 1 and g == e[1:]:
-        return (
-            "batch-dim-missing",
-            "the leading (batch) dimension is missing: did you sum or average over it too early?",
-        )
-    return "shape", "compare the shapes above with the shapes of the inputs."
+        mistake = "transposed"
+    elif got.numel() == expected.numel():
+        mistake = "layout"
+    elif batch and got.dim() == expected.dim() + 1 and g[0] == batch and g[1:] == e:
+        mistake = "batch-not-summed"
+    elif got.numel() == 1 and expected.numel() > 1:
+        mistake = "one-number"
+    elif got.dim() == expected.dim() - 1 and g == e[1:]:
+        mistake = "batch-dim-missing"
+    else:
+        mistake = "shape"
+    return mistake, _SHAPE_HINTS[mistake].format(batch=batch)
 
 
 def _fit_scale(got: torch.Tensor, expected: torch.Tensor) -> float | None:
@@ -571,10 +546,8 @@ def scale_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> t
             if math.isclose(c, n, rel_tol=1e-3):
                 return f"times-{key}", f"every value is {n}× too large ({key} = {n}): {meaning}."
             if math.isclose(c, 1.0 / n, rel_tol=1e-3):
-                return (
-                    f"over-{key}",
-                    f"every value is {n}× too small ({key} = {n}): a mean where a sum was meant, or divided by {key} twice.",
-                )
+                hint = f"every value is {n}× too small ({key} = {n}): a mean where a sum was meant, or divided by {key} twice."
+                return f"over-{key}", hint
     if got.numel() == 1:
         return None
     return "factor", f"every value is off by the same factor {c:.4g}: look for a missing or extra constant."
@@ -594,11 +567,7 @@ def _measure(got: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
 
 
 def _value_report(m: Mapping[str, Any], rtol: float, atol: float) -> str:
-    return (
-        f"measured: max |error| = {m['max_abs_error']:.3g} at index {m['index']} "
-        f"(got {m['got']:.6g}, expected {m['expected']:.6g}), "
-        f"max error relative to the largest value = {m['max_rel_error']:.3g}; tolerance rtol={rtol:g}, atol={atol:g}."
-    )
+    return f"measured: max |error| = {m['max_abs_error']:.3g} at index {m['index']} (got {m['got']:.6g}, expected {m['expected']:.6g}), max error relative to the largest value = {m['max_rel_error']:.3g}; tolerance rtol={rtol:g}, atol={atol:g}."
 
 
 def compare(
@@ -622,9 +591,11 @@ def compare(
     known = [(m.id, m.hint, value) for m, value in (mistakes or {}).items()]
     head = f"{what} is wrong for {label}."
     if not isinstance(got, torch.Tensor):
-        extra = ""
-        if isinstance(got, (float, int)):
-            extra = " (a Python number: `.item()` or `float()` leaves the tensor world)"
+        extra = (
+            " (a Python number: `.item()` or `float()` leaves the tensor world)"
+            if isinstance(got, (float, int))
+            else ""
+        )
         raise ExerciseError("type", head, detail=f"Expected {_describe(expected)}, got {_describe(got)}{extra}.")
     rtol, atol = tolerance(expected.dtype)
     if got.shape != expected.shape:
@@ -633,12 +604,8 @@ def compare(
         detail = f"Shape: got {tuple(got.shape)}, expected {tuple(expected.shape)}."
         raise ExerciseError("shape", head, detail=detail, hint=hint, mistake=mistake)
     if check_dtype and got.dtype != expected.dtype:
-        raise ExerciseError(
-            "dtype",
-            head,
-            detail=f"Dtype: got {got.dtype}, expected {expected.dtype}.",
-            hint="keep the input's dtype (avoid torch.tensor(...) of Python floats or .float()).",
-        )
+        hint = "keep the input's dtype (avoid torch.tensor(...) of Python floats or .float())."
+        raise ExerciseError("dtype", head, detail=f"Dtype: got {got.dtype}, expected {expected.dtype}.", hint=hint)
     got_values = got.detach()
     if not torch.isfinite(got_values).all() and torch.isfinite(expected).all():
         found = _matching_mistake(got_values, known, rtol, atol) or (nonfinite and (nonfinite.id, nonfinite.hint))
@@ -654,10 +621,8 @@ def compare(
             found = ("transposed", "your result is the transpose of the right one: check which factor is transposed.")
     if found is None:
         found = scale_hint(got_values, expected, context)
-    mistake, hint = found or (None, None)
-    raise ExerciseError(
-        "value", head, detail=_value_report(measured, rtol, atol), hint=hint, mistake=mistake, measured=measured
-    )
+    (mistake, hint), detail = found or (None, None), _value_report(measured, rtol, atol)
+    raise ExerciseError("value", head, detail=detail, hint=hint, mistake=mistake, measured=measured)
 
 
 def _matching_mistake(got: torch.Tensor, known: list[tuple[str, str, Any]], rtol: float, atol: float):
