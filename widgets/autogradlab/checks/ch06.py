@@ -17,8 +17,8 @@ import torch
 from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, mistakes, passed
-from autogradlab.checks.stateful import differences, run_variants, snapshot, variants
-from autogradlab.models.train_state import module_mode
+from autogradlab.checks.stateful import differences, run_variants, variants
+from autogradlab.models.train_state import module_mode, snapshot
 from autogradlab.models.train_state.setups import (
     after_validation,
     coverage_scenarios,

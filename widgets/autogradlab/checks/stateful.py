@@ -4,8 +4,8 @@ One primitive, :func:`run_variants`: the reference step, the learner's step and 
 :class:`Variant` s (mutants of the reference, each one typical slip with the hint that
 names it) each run on a fresh seeded setup that a factory builds, so all of them start
 from the same state. The caller compares what the runs left behind (parameters,
-``.grad``, optimizer state, module modes, RNG, returned values: :func:`snapshot`
-captures them, :func:`differences` names which differ) and, when the learner's result
+``.grad``, optimizer state, module modes, RNG, returned values:
+:func:`autogradlab.models.train_state.snapshot` captures them, :func:`differences` names which differ) and, when the learner's result
 differs from the reference's, :meth:`Runs.closest` names the variant that did the same.
 
 >>> from autogradlab.checks.core import LearnerCall
@@ -44,7 +44,7 @@ import torch
 
 from autogradlab.checks.core import LearnerCall, close
 from autogradlab.models.doctor import watch_scaler
-from autogradlab.models.train_state import Snapshot, snapshot
+from autogradlab.models.train_state import Snapshot
 
 # --------------------------------------------------------------------------- variants of a step
 
@@ -127,30 +127,26 @@ def run_variants(
 def differences(got: Snapshot, expected: Snapshot) -> list[str]:
     """The states in which two snapshots of the same model differ (``.grad``, parameters, optimizer, mode, RNG).
 
+    >>> from autogradlab.models.train_state import snapshot
     >>> model = torch.nn.Linear(2, 1)
     >>> before = snapshot(model, torch.optim.SGD(model.parameters(), lr=0.1))
     >>> _ = model.eval()
     >>> differences(snapshot(model, torch.optim.SGD(model.parameters(), lr=0.1)), before)
     ['module mode']
     """
-    out = []
-    if not all(close(got.grads[n], expected.grads[n], after_steps=True) for n in expected.grads):
-        out.append(".grad")
-    if not all(close(got.params[n], expected.params[n], after_steps=True) for n in expected.params):
-        out.append("parameter values")
-    for name, state in expected.optimizer.items():
-        mine = got.optimizer[name]
-        if (state is None) != (mine is None) or (
-            state
-            and (state.keys() != mine.keys() or not all(close(mine[k], state[k], after_steps=True) for k in state))
-        ):
-            out.append("optimizer state")
-            break
-    if got.mode != expected.mode:
-        out.append("module mode")
-    if got.rng != expected.rng:
-        out.append("RNG state")
-    return out
+    same = lambda a, b: all(close(a[k], b[k], after_steps=True) for k in b)  # b: the reference's keys
+    optimizer = all(
+        (mine is None) == (state is None) and (not state or (mine.keys() == state.keys() and same(mine, state)))
+        for mine, state in ((got.optimizer[n], state) for n, state in expected.optimizer.items())
+    )
+    differ = {
+        ".grad": not same(got.grads, expected.grads),
+        "parameter values": not same(got.params, expected.params),
+        "optimizer state": not optimizer,
+        "module mode": got.mode != expected.mode,
+        "RNG state": got.rng != expected.rng,
+    }
+    return [state for state, differs in differ.items() if differs]
 
 
 # --------------------------------------------------------------------------- observing a GradScaler
@@ -168,16 +164,3 @@ def recorded_scaler_calls(scaler: torch.amp.GradScaler, methods=SCALER_METHODS) 
 
     with watch_scaler(scaler, {method: logged(method) for method in methods}):
         yield log
-
-
-__all__ = [
-    "SCALER_METHODS",
-    "Runs",
-    "Snapshot",
-    "Variant",
-    "differences",
-    "recorded_scaler_calls",
-    "run_variants",
-    "snapshot",
-    "variants",
-]
