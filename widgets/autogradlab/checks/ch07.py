@@ -185,17 +185,9 @@ def _same_first(got, wrong) -> bool:
 # --------------------------------------------------------------------------- exercise 1: the accumulation loop
 
 
-def _reference_loop(model, optimizer, loss_fn, micro_batches, accum_steps):
-    for start in range(0, len(micro_batches), accum_steps):
-        window = micro_batches[start : start + accum_steps]
-        optimizer.zero_grad(set_to_none=True)
-        for x, y in window:
-            (loss_fn(model(x), y) / len(window)).backward()
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def _loop_variant(kind: str):
+    """The reference loop (``kind="right"``) or one of its typical slips."""
+
     def loop(model, optimizer, loss_fn, micro_batches, accum_steps):
         if kind != "stale-kept":
             optimizer.zero_grad()
@@ -216,6 +208,7 @@ def _loop_variant(kind: str):
     return loop
 
 
+_reference_loop = _loop_variant("right")
 LOOP_VARIANTS = _variants(_loop_variant, "no-divide divide-total partial-by-k zero-each never-zero stale-kept")
 LOOP_SETUPS = ((0, 8, 4), (1, 7, 3), (2, 6, 4))  # (seed, micro-batches, accum_steps): windows 4+4, 3+3+1, 4+2
 
@@ -244,13 +237,10 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
     """
     for seed, count, k in LOOP_SETUPS:
         windows = [min(k, count - start) for start in range(0, count, k)]
-        learner = LearnerCall(accumulation_loop, "accumulation_loop").on(
-            f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; stale "
-            "gradients in .grad before the call; MSE mean loss, SGD, float64)"
-        )
-        runs = run_variants(
-            functools.partial(_run_loop, seed=seed, count=count, accum_steps=k), learner, _reference_loop, LOOP_VARIANTS
-        )
+        label = f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; stale gradients in .grad before the call; MSE mean loss, SGD, float64)"
+        learner = LearnerCall(accumulation_loop, "accumulation_loop", label=label)
+        run = functools.partial(_run_loop, seed=seed, count=count, accum_steps=k)
+        runs = run_variants(run, learner, _reference_loop, LOOP_VARIANTS)
         got, trace, model, batches = runs.learner
         _check_unchanged(cases.regression_micro_batches(seed, count), batches, learner)
         if len(got) != len(windows):

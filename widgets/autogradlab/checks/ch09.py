@@ -218,8 +218,7 @@ def check_repaired_convnet(cls) -> None:
     name = "RepairedConvNet"
     why = "write the forward yourself (TinyConvNet.forward is the course's answer); self.features and self.head are yours."
     hints = {
-        "stale": "an in-place normalisation (`f /= ...`) overwrites the tensor norm() saved for backward; "
-        "normalise out of place (and do not detach to silence the error)."
+        "stale": "an in-place normalisation (`f /= ...`) overwrites the tensor norm() saved for backward; normalise out of place (and do not detach to silence the error)."
     }
     cases = [(0, 6, torch.float32), (1, 1, torch.float32), (2, 5, torch.float64)]
     for seed, n, dtype in cases:
@@ -230,8 +229,7 @@ def check_repaired_convnet(cls) -> None:
         model = model.to(dtype)
         reference = TinyConvNet().to(dtype)
         reference.load_state_dict(model.state_dict())
-        x, y = stripes(n, seed=seed)
-        x, y = x.to(dtype), y.to(dtype)
+        x, y = (t.to(dtype) for t in stripes(n, seed=seed))
         label = f"a batch of {n} image(s) in {str(dtype)[6:]} (seed {seed})"
         captured = []  # the features (for their storage) and their values before the forward may change them
         with model.features.register_forward_hook(
@@ -257,13 +255,9 @@ def check_repaired_convnet(cls) -> None:
             summary = f"backward through `{name}` fails for {label}: {exc}"
             raise ExerciseError("raised", summary, hint=hints.get(error_kind(exc)), mistake=error_kind(exc)) from None
         straight_through = reference.head(f + (F.normalize(f, dim=1) - f).detach()).squeeze(1)  # `f.data /= ...`
-        expected_grads, data_grads = (
-            torch.autograd.grad(F.binary_cross_entropy_with_logits(logits, y), params, retain_graph=True)
-            for logits, params in (
-                (expected, list(reference.parameters())),
-                (straight_through, list(reference.parameters())),
-            )
-        )
+        ref_params, bce = list(reference.parameters()), F.binary_cross_entropy_with_logits
+        expected_grads = torch.autograd.grad(bce(expected, y), ref_params, retain_graph=True)
+        data_grads = torch.autograd.grad(bce(straight_through, y), ref_params, retain_graph=True)
         for (pname, _), g, rg, dg in zip(model.named_parameters(), grads, expected_grads, data_grads):
             if g is None:
                 raise named("no-gradient", f"`{pname}` gets no gradient through `{name}` for {label}.", _CONVNET_HINTS)
