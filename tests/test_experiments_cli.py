@@ -164,8 +164,9 @@ def test_chapter_08_reads_the_recorded_gpu_run_as_the_data_says():
     # "the 16-bit step is about an order of magnitude faster, TF32 several times ... near the measured matmul peak"
     assert speedup[large, "bf16"] >= 8 and speedup[large, "fp16"] >= 8 and 3 <= speedup[large, "tf32"] < 10
     assert row[large, "bf16"]["fraction_of_peak"] >= 0.75 and 1.0 < row[large, "fp32"]["fraction_of_peak"] < 1.05
-    # "the small MLP gains nothing: bf16 and fp16 are slower than fp32, at about 2% of their peak"
-    assert speedup[small, "bf16"] < 1 and speedup[small, "fp16"] < 1
+    # "on the small MLP 16 bits gain nothing: bf16 and fp16 are slower than fp32, at about 2% of their peak
+    # (TF32 still gains a quarter)"
+    assert speedup[small, "bf16"] < 1 and speedup[small, "fp16"] < 1 and round(speedup[small, "tf32"], 2) == 1.26
     assert all(0.01 < row[small, mode]["fraction_of_peak"] < 0.03 for mode in ("bf16", "fp16"))
     # "memory falls much less than half"
     assert 0.5 < row[large, "bf16"]["peak_memory_bytes"] / row[large, "fp32"]["peak_memory_bytes"] < 1
