@@ -13,13 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOGS = sorted((ROOT / "translations" / "zh").glob("[0-9][0-9]_*.po"))
 
 
-def glossary() -> list[tuple[str, str]]:
-    """``(english, fixed form)`` pairs, longest English first (a longer term wins over one inside it)."""
+def glossary() -> list[tuple[str, str, str]]:
+    """``(english, fixed form, rule)`` rows, longest English first (a longer term wins over one inside it)."""
     lines = [
         line for line in (ROOT / "translations" / "glossary.tsv").read_text().splitlines() if not line.startswith("#")
     ]
     rows = list(csv.DictReader(lines, delimiter="\t"))
-    return sorted(((r["english"], r["chinese"]) for r in rows), key=lambda pair: -len(pair[0]))
+    return sorted(((r["english"], r["chinese"], r["rule"]) for r in rows), key=lambda row: -len(row[0]))
 
 
 def _pattern(term: str) -> re.Pattern:
@@ -29,14 +29,14 @@ def _pattern(term: str) -> re.Pattern:
 _CODE_AND_MATH = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|```.*?```", re.S)
 
 
-def missing_terms(english: str, chinese: str, terms: list[tuple[str, str]]) -> list[str]:
+def missing_terms(english: str, chinese: str, terms: list[tuple[str, str, str]]) -> list[str]:
     """The glossary terms ``english``'s prose uses (not its code or math) whose fixed form ``chinese`` lacks."""
     english = _CODE_AND_MATH.sub(" ", english)
     missing = []
-    for term, fixed in terms:
+    for term, fixed, rule in terms:
         pattern = _pattern(term)
         if pattern.search(english):
-            if fixed.lower() not in chinese.lower():
+            if rule != "skip" and fixed.lower() not in chinese.lower():
                 missing.append(f"{term} → {fixed}")
             english = pattern.sub(" ", english)  # a longer term's words are not also shorter terms
     return missing
@@ -45,6 +45,7 @@ def missing_terms(english: str, chinese: str, terms: list[tuple[str, str]]) -> l
 def test_the_finder_sees_a_missing_term_and_lets_the_longer_term_win():
     terms = glossary()
     assert missing_terms("The backward pass frees saved tensors.", "反向传播会释放 saved tensors。", terms) == []
+    assert missing_terms("Walk backwards from the loss.", "从 loss 往回走。", terms) == []
     assert missing_terms("Call `optimizer.step()` with `gradient=`.", "调用 `optimizer.step()`。", terms) == []
     assert missing_terms("The gradient of a leaf tensor.", "叶子张量的导数。", terms) == [
         "leaf tensor → leaf tensor",
