@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from collections.abc import Callable
 
 import torch
@@ -485,60 +484,6 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
 # --------------------------------------------------------------------------- exercise 4: DDP × accumulation, token mean
 
 
-class _World:
-    """Ranks run as threads; ``all_reduce`` sums a tensor over them in place, as ``torch.distributed.all_reduce`` does.
-
-    The i-th all_reduce of every rank is one collective. A rank that finishes without joining
-    one would hang a real run; here the ranks waiting for it are released with an error.
-    """
-
-    def __init__(self, size: int):
-        self.size, self.calls, self.done = size, [0] * size, [False] * size
-        self._cond, self._slots = threading.Condition(), {}
-
-    def _complete(self, i: int) -> bool:
-        joined = self._slots[i]
-        return len(joined) == self.size or any(self.done[r] and r not in joined for r in range(self.size))
-
-    def all_reduce_for(self, rank: int) -> Callable:
-        def all_reduce(tensor, *args, **kwargs):
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"all_reduce sums a tensor in place over the ranks, got {type(tensor).__name__}")
-            with self._cond:
-                i, self.calls[rank] = self.calls[rank], self.calls[rank] + 1
-                self._slots.setdefault(i, {})[rank] = tensor.detach().clone()
-                self._cond.notify_all()
-                self._cond.wait_for(lambda: self._complete(i), timeout=30)
-                if len(self._slots[i]) < self.size:
-                    raise RuntimeError("all_reduce: another rank never joined this all_reduce (a real run hangs here)")
-                total = functools.reduce(torch.add, (self._slots[i][r] for r in range(self.size)))
-            with torch.no_grad():
-                tensor.copy_(total)
-
-        return all_reduce
-
-    def run(self, step, windows, world_size: int) -> list:
-        """``step(window, world_size, all_reduce)`` on every rank at once; its results (or the exception it raised)."""
-        results: list = [None] * self.size
-
-        def rank_main(rank: int) -> None:
-            try:
-                results[rank] = step(windows[rank], world_size, self.all_reduce_for(rank))
-            except Exception as exc:  # noqa: BLE001  handed back to the checker's thread
-                results[rank] = exc
-            finally:
-                with self._cond:
-                    self.done[rank] = True
-                    self._cond.notify_all()
-
-        threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(self.size)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return results
-
-
 def _rank_variant(kind: str):
     """The reference (``kind="right"``) or one of its typical slips."""
 
@@ -573,7 +518,7 @@ def _run_world(step, index: int):
     world = tokens.rank_windows(index)
     # non-leaf copies: a learner's in-place write then changes the values (and is reported) instead of raising
     inputs = [[(losses.clone().requires_grad_(True).clone(), mask.clone()) for losses, mask in rank] for rank in world]
-    sim = _World(len(world))
+    sim = tokens.RankWorld(len(world))
     results = sim.run(step, inputs, len(world))
     if len(set(sim.calls)) > 1:
         raise _fail("all-reduce-skipped", f"the ranks called all_reduce different numbers of times: {sim.calls}.")

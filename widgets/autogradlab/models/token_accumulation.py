@@ -20,6 +20,8 @@ gradient of the full batch depends on how each micro-batch loss is reduced:
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -324,3 +326,66 @@ def rank_windows(index: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
             window.append((losses, mask))
         world.append(window)
     return world
+
+
+class RankWorld:
+    """Ranks run as threads; ``all_reduce`` sums a tensor over them in place, as ``torch.distributed.all_reduce`` does.
+
+    The i-th all_reduce of every rank is one collective. A rank that finishes without joining
+    one would hang a real run; here the ranks waiting for it are released with an error.
+    Chapter 07's checker runs a learner's per-rank function in one, on :func:`rank_windows`.
+
+    >>> def step(window, world_size, all_reduce):
+    ...     total = torch.tensor(float(window))
+    ...     all_reduce(total)
+    ...     return float(total)
+    >>> world = RankWorld(2)
+    >>> world.run(step, [1, 2], 2), world.calls
+    ([3.0, 3.0], [1, 1])
+    """
+
+    def __init__(self, size: int):
+        self.size, self.calls, self.done = size, [0] * size, [False] * size
+        self._cond, self._slots = threading.Condition(), {}
+
+    def _complete(self, i: int) -> bool:
+        joined = self._slots[i]
+        return len(joined) == self.size or any(self.done[r] and r not in joined for r in range(self.size))
+
+    def all_reduce_for(self, rank: int) -> Callable:
+        def all_reduce(tensor, *args, **kwargs):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"all_reduce sums a tensor in place over the ranks, got {type(tensor).__name__}")
+            with self._cond:
+                i, self.calls[rank] = self.calls[rank], self.calls[rank] + 1
+                self._slots.setdefault(i, {})[rank] = tensor.detach().clone()
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._complete(i), timeout=30)
+                if len(self._slots[i]) < self.size:
+                    raise RuntimeError("all_reduce: another rank never joined this all_reduce (a real run hangs here)")
+                total = functools.reduce(torch.add, (self._slots[i][r] for r in range(self.size)))
+            with torch.no_grad():
+                tensor.copy_(total)
+
+        return all_reduce
+
+    def run(self, step, windows, world_size: int) -> list:
+        """``step(window, world_size, all_reduce)`` on every rank at once; its results (or the exception it raised)."""
+        results: list = [None] * self.size
+
+        def rank_main(rank: int) -> None:
+            try:
+                results[rank] = step(windows[rank], world_size, self.all_reduce_for(rank))
+            except Exception as exc:  # noqa: BLE001  handed back to the checker's thread
+                results[rank] = exc
+            finally:
+                with self._cond:
+                    self.done[rank] = True
+                    self._cond.notify_all()
+
+        threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(self.size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
