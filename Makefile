@@ -9,10 +9,11 @@ GRADER := .venv-grader
 LOCAL := $(CURDIR)/.jupyter-local
 SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: lab update workspace check test release execute clean help compat site
+.PHONY: lab lab-zh update workspace check test release execute clean help compat site
 help:
 	@echo "make lab      open JupyterLab on your copy of the chapters, my-chapters/00_welcome.ipynb"
 	@echo "make update   git pull the course, then copy new chapters into my-chapters/ (yours are never overwritten)"
+	@echo "make lab-zh   the Chinese edition: JupyterLab on my-chapters-zh/00_welcome.ipynb, the package speaking Chinese"
 	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about a minute)"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
@@ -91,6 +92,7 @@ site: $(SITE_VENV)/.installed
 LEARNER ?= my-chapters
 workspace: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.workspace --to $(LEARNER)
+	@if [ -d chapters-zh ]; then $(BIN)/python -m autogradlab.workspace --course chapters-zh --to $(LEARNER)-zh; fi
 update:
 	git pull --ff-only
 	$(MAKE) --no-print-directory workspace
@@ -99,6 +101,10 @@ update:
 LAB_ARGS ?=
 lab: workspace
 	$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(LEARNER)/00_welcome.ipynb $(LAB_ARGS)
+
+# The Chinese edition: its chapters (chapters-zh/, your copy my-chapters-zh/) and the package's messages in Chinese.
+lab-zh: workspace
+	AUTOGRADLAB_LANG=zh $(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(LEARNER)-zh/00_welcome.ipynb $(LAB_ARGS)
 
 # One pytest worker more than the cores, at most 4: the slow tests mostly wait (on kernels, JupyterLab,
 # Chromium, nbgrader), so a third worker on 2 cores overlaps those waits (measured on 2 cores, second

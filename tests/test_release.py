@@ -238,3 +238,32 @@ def test_setup_cell_installs_the_package_alone_then_only_what_is_missing(monkeyp
 def test_setup_cell_elsewhere_explains_and_installs_nothing(monkeypatch):
     commands, completed, printed = _run_setup(monkeypatch)
     assert not commands and not completed and "make lab" in printed[0]
+
+
+def test_the_chinese_edition_is_built_from_current_translations_only(tmp_path, capsys):
+    from autogradlab.release.translation import main as translation_main
+    from autogradlab.release.translation import read_catalog, write_catalog
+
+    root = make_repo(tmp_path, exercise_notebook())
+    (root / "translations" / "zh").mkdir(parents=True)
+    assert translation_main(["update", "--root", str(root)]) == 0
+    assert main(["--root", str(root), "--check"]) == 1
+    assert "translation zh: 01_demo, cell 0, paragraph 1: missing" in capsys.readouterr().err
+    path = root / "translations" / "zh" / "01_demo.po"
+    catalog = read_catalog(path)
+    for message in catalog:
+        if message.id:
+            message.string = "译：" + message.id
+    write_catalog(catalog, path)
+    assert main(["--root", str(root)]) == 0 and main(["--root", str(root), "--check"]) == 0
+    chapter = nbformat.read(root / "chapters-zh" / "01_demo.ipynb", as_version=4)
+    assert chapter.cells[0].source.startswith("# 译：")
+    setup = chapter.cells[1].source
+    assert 'os.environ["AUTOGRADLAB_LANG"] = "zh"' in setup and "chapters-zh%2F01_demo.ipynb" in chapter.cells[0].source
+    nb = nbformat.read(root / "solutions" / "01_demo.ipynb", as_version=4)  # the same cells, the same ids
+    nb.cells[0].source = "# A new title"
+    nbformat.write(nb, root / "solutions" / "01_demo.ipynb")
+    translation_main(["update", "--root", str(root)])
+    capsys.readouterr()
+    assert main(["--root", str(root), "--check"]) == 1
+    assert "translation zh: 01_demo, cell 0, paragraph 1: stale" in capsys.readouterr().err

@@ -1,4 +1,9 @@
-"""CLI: ``python -m autogradlab.release [--check] [--root DIR]``."""
+"""CLI: ``python -m autogradlab.release [--check] [--root DIR]``.
+
+Writes chapters/ (English) and, from the translation catalogs (translations/zh/), chapters-zh/ (the
+Chinese edition). ``--check`` fails when either is out of date, or when a unit of prose has no current
+translation (named by chapter, cell and paragraph).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from pathlib import Path
 
 import nbformat
 
+from autogradlab.release.launch import EDITIONS
 from autogradlab.release.student import ReleaseError, student_notebook, to_text
+from autogradlab.release.translation import LANGUAGES, catalog_path, problems, read_catalog, translate_notebook
 
 
 def _find_root(start: Path) -> Path:
@@ -18,16 +25,32 @@ def _find_root(start: Path) -> Path:
     raise ReleaseError(f"no solutions/ folder in {start} or its parents (use --root)")
 
 
-def plan(root: Path) -> dict[Path, str]:
-    """Map each chapters/NN_topic.ipynb to the text it should contain."""
-    wanted = {}
+def plan(root: Path) -> tuple[dict[Path, str], list[str]]:
+    """Map each chapter of every edition to the text it should contain; list the translations that block one.
+
+    An edition is built where its catalogs' folder exists (translations/<lang>/); a chapter with a missing or
+    stale unit is left out of the plan, and each such unit is listed.
+    """
+    wanted, untranslated = {}, []
     for source in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
         try:
             nb = nbformat.read(source, as_version=4)
         except Exception as exc:  # unreadable JSON or schema: name the file
             raise ReleaseError(f"{source.relative_to(root)}: not a readable notebook ({exc})") from None
-        wanted[root / "chapters" / source.name] = to_text(student_notebook(nb, f"solutions/{source.name}"))
-    return wanted
+        notebook = f"solutions/{source.name}"
+        wanted[root / "chapters" / source.name] = to_text(student_notebook(nb, notebook))
+        for lang in LANGUAGES:
+            if not catalog_path(root, lang, source.stem).parent.is_dir():
+                continue  # a checkout without that edition (a fork, a test repository)
+            catalog = read_catalog(catalog_path(root, lang, source.stem), lang)
+            gaps = problems(catalog, {source.stem: nb})
+            if gaps:
+                untranslated += [f"{lang}: {gap}" for gap in gaps]
+                continue
+            translated = translate_notebook(nb, source.stem, catalog)
+            folder = EDITIONS[lang][0]
+            wanted[root / folder / source.name] = to_text(student_notebook(translated, notebook, lang=lang))
+    return wanted, untranslated
 
 
 def stale(root: Path, wanted: dict[Path, str]) -> list[str]:
@@ -37,8 +60,10 @@ def stale(root: Path, wanted: dict[Path, str]) -> list[str]:
         for path, text in wanted.items()
         if not path.exists() or path.read_text(encoding="utf-8") != text
     ]
-    orphans = set((root / "chapters").glob("[0-9][0-9]_*.ipynb")) - set(wanted)
-    problems += [f"{p.relative_to(root)} has no source in solutions/" for p in sorted(orphans)]
+    sources = {p.name for p in (root / "solutions").glob("[0-9][0-9]_*.ipynb")}
+    for folder, _ in EDITIONS.values():
+        orphans = [p for p in sorted((root / folder).glob("[0-9][0-9]_*.ipynb")) if p.name not in sources]
+        problems += [f"{p.relative_to(root)} has no source in solutions/" for p in orphans]
     return problems
 
 
@@ -49,21 +74,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         root = (args.root or _find_root(Path.cwd())).resolve()
-        wanted = plan(root)
+        wanted, untranslated = plan(root)
     except ReleaseError as exc:
         print(f"release: error: {exc}", file=sys.stderr)
         return 2
     problems = stale(root, wanted)
+    for line in untranslated:
+        print(f"release: translation {line}", file=sys.stderr)
+    if untranslated:
+        print(
+            "release: a unit has no current translation: `python -m autogradlab.release.translation update`, "
+            "then translate what it lists (translations/<lang>/NN_topic.po)",
+            file=sys.stderr,
+        )
     if args.check:
         for problem in problems:
             print(f"release: {problem}", file=sys.stderr)
         if problems:
-            print("release: run `python -m autogradlab.release` to regenerate chapters/", file=sys.stderr)
+            print("release: run `python -m autogradlab.release` to regenerate the chapters", file=sys.stderr)
+        if problems or untranslated:
             return 1
-        print(f"release: chapters/ is up to date ({len(wanted)} notebooks)")
+        print(f"release: chapters are up to date ({len(wanted)} notebooks in {len(EDITIONS)} editions)")
         return 0
-    (root / "chapters").mkdir(exist_ok=True)
     for path, text in wanted.items():
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     print(f"release: wrote {len(wanted)} chapters ({len(problems)} changed)")
     return 0

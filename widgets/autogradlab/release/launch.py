@@ -64,7 +64,7 @@ SETUP_TITLE = {
 }
 NOT_INSTALLED = {
     "en": "The course package is not installed here: run `make lab` in the course folder (README), or `pip install '{spec}'`.",
-    "zh": "这里没有安装课程的 package：请在课程目录下运行 `make lab`（见 README.zh.md），或 `pip install '{spec}'`。",
+    "zh": "这里没有安装课程的 package：请在课程目录下运行 `make lab-zh`（见 README.zh.md），或 `pip install '{spec}'`。",
 }
 # Colab shows a form cell (#@title, cellView "form") as its title line; JupyterLab and VS Code fold a
 # cell whose source is hidden. The code stays one click away in both.
