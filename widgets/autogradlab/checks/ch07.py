@@ -360,10 +360,10 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
         if not math.isclose(value, loss, rel_tol=1e-9, abs_tol=1e-12):
             slip = runs.closest(_same_grad_and_log)
             mistake = slip.name if slip else "logged-loss" if math.isfinite(value) else "empty-micro-batch-nan"
-            raise _fail(
-                mistake,
-                f"`{learner.name}` returned {value:.6g} for {learner.label}; the window's token mean is {loss:.6g}.",
+            summary = (
+                f"`{learner.name}` returned {value:.6g} for {learner.label}; the window's token mean is {loss:.6g}."
             )
+            raise _fail(mistake, summary)
     passed(
         "accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss "
         "right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"

@@ -348,12 +348,8 @@ def _one_step(learner: LearnerCall, model, optimizer, scaler, batch, counter) ->
     x, y = batch[0].clone(), batch[1].clone()
     out = learner(model, optimizer, scaler, (x, y), counter)
     if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
-        raise named(
-            "batch-changed",
-            "`amp_step` changed the batch it was given in place: the caller may still use it.",
-            AMP_CONTRACT_HINTS,
-            "changed-input",
-        )
+        summary = "`amp_step` changed the batch it was given in place: the caller may still use it."
+        raise named("batch-changed", summary, AMP_CONTRACT_HINTS, "changed-input")
     return out
 
 

@@ -327,16 +327,10 @@ _OUTSIDE_HINTS["larger-gradients"] = _OUTSIDE_HINTS["smaller-gradients"]
 
 def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> ExerciseError | None:
     """The first change where the shipped script and the reference agree: outside the bug."""
-    if (
-        first_difference(got.inputs, ref.inputs, got.complete) is not None
-        and orig.inputs == ref.inputs[: len(orig.inputs)]
-    ):
-        return named(
-            "data",
-            f"The model in `{name}` sees other batches than the shipped one.",
-            _OUTSIDE_HINTS,
-            "changed-elsewhere",
-        )
+    other_data = first_difference(got.inputs, ref.inputs, got.complete) is not None
+    if other_data and orig.inputs == ref.inputs[: len(orig.inputs)]:
+        summary = f"The model in `{name}` sees other batches than the shipped one."
+        return named("data", summary, _OUTSIDE_HINTS, "changed-elsewhere")
     if got.start.keys() != ref.start.keys() or not all(close(got.start[n], ref.start[n]) for n in ref.start):
         summary = f"The model in `{name}` starts from other parameters (names, shapes or values) than the shipped one."
         return named("start", summary, _OUTSIDE_HINTS, "changed-elsewhere")
@@ -345,14 +339,13 @@ def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> Exer
         return named("model", summary, _OUTSIDE_HINTS, "changed-elsewhere")
     for what in ("optimizer", "groups", "loss scale", "scaler"):
         if got.settings.get(what) != ref.settings.get(what) and orig.settings.get(what) == ref.settings.get(what):
-            scale = what in ("loss scale", "scaler")
-            summary = f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}."
-            return named(
-                "loss-scale" if scale else "optimizer",
-                summary,
-                _OUTSIDE_HINTS,
-                "symptom-chasing" if scale else "changed-elsewhere",
+            mistake, kind = (
+                ("loss-scale", "symptom-chasing")
+                if what in ("loss scale", "scaler")
+                else ("optimizer", "changed-elsewhere")
             )
+            summary = f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}."
+            return named(mistake, summary, _OUTSIDE_HINTS, kind)
     k = first_difference(got.lrs, ref.lrs, got.complete)
     if k is not None and orig.lrs == ref.lrs[: len(orig.lrs)]:
         shown = f"step {k} uses {got.lrs[k][0]:.3g}" if k < len(got.lrs) else f"{got.steps} optimizer steps"
