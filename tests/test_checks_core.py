@@ -15,7 +15,6 @@ from autogradlab.checks.core import (
     OffLimits,
     Routine,
     check_function,
-    check_function_outputs,
     close,
     compare,
 )
@@ -364,24 +363,24 @@ def _pair_cases():
     return [Case((torch.arange(3.0, dtype=torch.float64) + 1,), "x = [1, 2, 3]")]
 
 
-def test_check_function_outputs_names_the_wrong_output_and_its_mistake():
+def test_check_function_with_outputs_names_the_wrong_output_and_its_mistake():
     reference = lambda x: (x * 2, x.sum())  # noqa: E731
     mean = Mistake("mean", "the sum was meant, not the mean", lambda x: (x * 2, x.mean()))
     with pytest.raises(ExerciseError) as info:
-        check_function_outputs(
+        check_function(
             lambda x: (2 * x, x.mean()), reference, _pair_cases(), name="f", outputs=("d", "s"), mistakes=(mean,)
         )
     assert (info.value.kind, info.value.mistake) == ("value", "mean")
     assert info.value.summary.startswith("`s` from `f`")
 
 
-def test_check_function_outputs_accepts_dicts_and_explains_bad_returns(capsys):
+def test_check_function_with_outputs_accepts_dicts_and_explains_bad_returns(capsys):
     reference = lambda x: (x * 2, x.sum())  # noqa: E731
-    check_function_outputs(lambda x: {"s": x.sum(), "d": x + x}, reference, _pair_cases(), name="f", outputs=("d", "s"))
+    check_function(lambda x: {"s": x.sum(), "d": x + x}, reference, _pair_cases(), name="f", outputs=("d", "s"))
     assert capsys.readouterr().out == "✓ f matches the reference on 1 input (outputs d, s)\n"
     for answer in (lambda x: (x,), lambda x: x, lambda x: {"d": x}):
         with pytest.raises(ExerciseError) as info:
-            check_function_outputs(answer, reference, _pair_cases(), name="f", outputs=("d", "s"))
+            check_function(answer, reference, _pair_cases(), name="f", outputs=("d", "s"))
         assert info.value.kind == "type"
 
 

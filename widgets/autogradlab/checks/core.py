@@ -184,10 +184,7 @@ class OffLimits:
 BY_HAND = OffLimits(
     autograd=True,
     no_graph=True,
-    why=(
-        "this exercise asks for the formula by hand: write the gradient with plain tensor operations; "
-        "autograd is only the reference the checker uses."
-    ),
+    why="this exercise asks for the formula by hand: write the gradient with plain tensor operations; autograd is only the reference the checker uses.",
 )
 
 
@@ -207,12 +204,7 @@ class _EngineStandIn:
     """Stands in for PyTorch's C++ autograd engine: running backward is refused, everything else delegated."""
 
     def __init__(self, used: list[str]):
-        self._used = used
-        self._real = internals.execution_engine()
-
-    def run_backward(self, *args, **kwargs):
-        self._used.append("the autograd engine")
-        raise _Refused("the autograd engine is off limits in this exercise")
+        self.run_backward, self._real = _refuser("the autograd engine", used), internals.execution_engine()
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -387,10 +379,8 @@ def _out_of_inference(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.clone() if value.is_inference() else value
     if isinstance(value, (tuple, list)):
-        return type(value)(_out_of_inference(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _out_of_inference(v) for k, v in value.items()}
-    return value
+        return type(value)(map(_out_of_inference, value))
+    return {k: _out_of_inference(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 # --------------------------------------------------------------------------- comparing with a reference
@@ -591,11 +581,7 @@ def compare(
     known = [(m.id, m.hint, value) for m, value in (mistakes or {}).items()]
     head = f"{what} is wrong for {label}."
     if not isinstance(got, torch.Tensor):
-        extra = (
-            " (a Python number: `.item()` or `float()` leaves the tensor world)"
-            if isinstance(got, (float, int))
-            else ""
-        )
+        extra = " (a Python number: `.item()` or `float()` leaves the tensor world)" * isinstance(got, (float, int))
         raise ExerciseError("type", head, detail=f"Expected {_describe(expected)}, got {_describe(got)}{extra}.")
     rtol, atol = tolerance(expected.dtype)
     if got.shape != expected.shape:
@@ -652,7 +638,13 @@ def check_function(
     Both get their own copies of the inputs, so a learner's in-place change cannot alter the
     reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip;
     ``nonfinite`` names the slip behind an unexplained inf or NaN (see :func:`compare`).
-    ``outputs``: see :func:`check_function_outputs`.
+    ``outputs`` names the tensors of a function that returns several, e.g. ``(dX, dW, db)``: each is
+    compared on its own, so the message names the wrong one (a :class:`Mistake`'s ``compute``
+    returns the whole wrong tuple).
+
+    >>> cases = [Case((torch.arange(3.0),), "x = arange(3)")]
+    >>> check_function(lambda x: (x, 2 * x), lambda x: (x, x + x), cases, name="pair", outputs=("a", "b"))
+    ✓ pair matches the reference on 1 input (outputs a, b)
     """
     learner = LearnerCall(fn, name, off_limits, error_hints)
     several = outputs is not None
@@ -676,20 +668,6 @@ def check_function(
     plural = "s" if len(cases) != 1 else ""
     shown = f" (outputs {', '.join(outputs)})" if several else ""
     passed(f"{name} matches the reference on {len(cases)} input{plural}{shown}")
-
-
-def check_function_outputs(fn: Callable, reference: Callable, cases: Sequence[Case], **options: Any) -> None:
-    """:func:`check_function` for a function that returns several tensors, e.g. ``(dX, dW, db)``: ``outputs=`` names them.
-
-    Each output is compared on its own, so the message names the wrong one. A :class:`Mistake`'s
-    ``compute`` returns the whole wrong tuple.
-
-    >>> import torch
-    >>> cases = [Case((torch.arange(3.0),), "x = arange(3)")]
-    >>> check_function_outputs(lambda x: (x, 2 * x), lambda x: (x, x + x), cases, name="pair", outputs=("a", "b"))
-    ✓ pair matches the reference on 1 input (outputs a, b)
-    """
-    check_function(fn, reference, cases, **options)
 
 
 def as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
