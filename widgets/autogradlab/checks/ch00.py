@@ -106,10 +106,7 @@ def _exp_form(x):
     return 1 / (1 + e) + x * e / (1 + e) ** 2
 
 
-_OVERFLOW = (
-    "exp(−x) overflows to inf for large negative x (float32 from x ≈ −89), and inf/inf is NaN: write σ' with "
-    "σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x."
-)
+_OVERFLOW = "exp(−x) overflows to inf for large negative x (float32 from x ≈ −89), and inf/inf is NaN: write σ' with σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x."
 
 _SILU_HINTS = {
     "only-sigma": "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).",
@@ -181,40 +178,30 @@ def _masked_cases() -> list[Case]:
     return cases
 
 
-def _kept(mask, x):
-    return mask.to(x.dtype)
-
-
+_MASKED_MEAN_HINTS = {
+    "divided-by-numel": "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().",
+    "mask-missing": "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.",
+    "divided-by-rows": "the mean divides by the number of kept entries, not by x.shape[0] (the rows).",
+    "per-row-mean": "L is ONE mean over all kept entries of x, not a mean per row: divide by mask.sum() over the whole tensor, not by each row's count (an all-False row then needs no special case: its entries get 0).",
+    "factor-2": "d/dx x² = 2x: the factor 2 is missing.",
+    "masked-sum": "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.",
+}
 MASKED_MEAN_MISTAKES = (
-    Mistake(
-        "divided-by-numel",
-        "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().",
-        lambda x, m: 2 * x * _kept(m, x) / x.numel(),
+    *mistakes(
+        _MASKED_MEAN_HINTS,
+        {
+            "divided-by-numel": lambda x, m: 2 * x * m / x.numel(),
+            "mask-missing": lambda x, m: 2 * x / m.sum(),
+            "divided-by-rows": lambda x, m: 2 * x * m / x.shape[0],
+            "per-row-mean": lambda x, m: 2 * x * m / m.sum(-1, keepdim=True),  # an all-False row: 0/0 = NaN
+            "factor-2": lambda x, m: x * m / m.sum(),
+            "masked-sum": lambda x, m: 2 * x * m,
+        },
     ),
     Mistake(
-        "mask-missing",
-        "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.",
-        lambda x, m: 2 * x / m.sum(),
-    ),
-    Mistake(
-        "divided-by-rows",
-        "the mean divides by the number of kept entries, not by x.shape[0] (the rows).",
-        lambda x, m: 2 * x * _kept(m, x) / x.shape[0],
-    ),
-    *(
-        Mistake(
-            "per-row-mean",
-            "L is ONE mean over all kept entries of x, not a mean per row: divide by mask.sum() over the whole "
-            "tensor, not by each row's count (an all-False row then needs no special case: its entries get 0).",
-            lambda x, m, least=least: 2 * x * _kept(m, x) / m.sum(-1, keepdim=True).clamp_min(least),
-        )
-        for least in (0, 1)  # an all-False row: 0/0 = NaN, or a count clamped to 1
-    ),
-    Mistake("factor-2", "d/dx x² = 2x: the factor 2 is missing.", lambda x, m: x * _kept(m, x) / m.sum()),
-    Mistake(
-        "masked-sum",
-        "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.",
-        lambda x, m: 2 * x * _kept(m, x),
+        "per-row-mean",
+        _MASKED_MEAN_HINTS["per-row-mean"],
+        lambda x, m: 2 * x * m / m.sum(-1, keepdim=True).clamp_min(1),
     ),
 )
 
