@@ -53,18 +53,13 @@ def _with_grad(x, params) -> set[str]:
     return {n for n, p in params.items() if p.grad is not None}
 
 
-# (mistake id, hint) for a wrong name, tried in this order: the first explains the most.
+# The slip a wrong name reveals, tried in this order: the first explains the most.
+_PARAM_SLIPS = {"d": "detached", "a": "zero-is-not-none", "b": "branch", "c": "loop"}
 _PARAM_HINTS = {
-    "d": (
-        "detached",
-        "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
-    ),
-    "a": (
-        "zero-is-not-none",
-        "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values.",
-    ),
-    "b": ("branch", "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1."),
-    "c": ("loop", "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1."),
+    "detached": "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
+    "zero-is-not-none": "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values.",
+    "branch": "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1.",
+    "loop": "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1.",
 }
 
 
@@ -84,16 +79,15 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
     )
     for case in _routed_cases():
         got = learner.on(case.label)(*case.args)
-        if not isinstance(got, (set, frozenset)) or not got <= set(_PARAM_HINTS):
+        if not isinstance(got, (set, frozenset)) or not got <= set(_PARAM_SLIPS):
             hint = (
                 "return a set of names among 'a', 'b', 'c', 'd', such as {'a', 'b'}: a set has no order and no repeats."
             )
             raise ExerciseError("type", f"`params_that_get_grad` returned {got!r} for {case.label}.", hint=hint)
         truth = _with_grad(*case.args)
         if got != truth:
-            mistake, hint = next(_PARAM_HINTS[n] for n in _PARAM_HINTS if n in got ^ truth)
             summary = f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}."
-            raise ExerciseError("value", summary, hint=hint, mistake=mistake)
+            raise named(next(_PARAM_SLIPS[n] for n in _PARAM_SLIPS if n in got ^ truth), summary, _PARAM_HINTS, "value")
     passed("params_that_get_grad is right on 5 inputs")
 
 
@@ -347,25 +341,16 @@ SWEEP_MISTAKES = (
 )
 
 _SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
-    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), "
-    "and a node returns None for it: skip those entries.",
-    "recursion": "a recursive walk fails on deep graphs (real models have thousands of nodes): "
-    "use a loop with an explicit stack or queue.",
-    "node_arity": "a node takes one gradient per output of its forward op, in output order "
-    "(`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge "
-    "comes from). Pass None for an output that received no gradient.",
-    "grad_shape": "a node can return a gradient in the broadcast shape of its forward input (nn.Linear's "
-    "bias is added to every row). The engine sums it down to the shape the next node expects, "
-    "`child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.",
-    "not_iterable": "a node with one input returns a single tensor, one with several returns a tuple "
-    "(AccumulateGrad returns ()): normalise before zipping with next_functions.",
+    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), and a node returns None for it: skip those entries.",
+    "recursion": "a recursive walk fails on deep graphs (real models have thousands of nodes): use a loop with an explicit stack or queue.",
+    "node_arity": "a node takes one gradient per output of its forward op, in output order (`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge comes from). Pass None for an output that received no gradient.",
+    "grad_shape": "a node can return a gradient in the broadcast shape of its forward input (nn.Linear's bias is added to every row). The engine sums it down to the shape the next node expects, `child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.",
+    "not_iterable": "a node with one input returns a single tensor, one with several returns a tuple (AccumulateGrad returns ()): normalise before zipping with next_functions.",
 }
-
 _ENGINE_OFF = OffLimits(
     autograd=True,
     course=_OWN_ANSWERS,
-    why="this exercise rebuilds what backward() does, so the engine is switched off here: call each node "
-    "yourself, `node(*grads)`, in a valid order.",
+    why="this exercise rebuilds what backward() does, so the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order.",
 )
 
 
@@ -409,8 +394,8 @@ def check_reverse_sweep(reverse_sweep) -> None:
 def _check_sweep(label, build, leaves, values, most_runs, reference) -> None:
     """What a sweep must leave behind: the leaves unchanged, each node run once, the right ``.grad``, no graph, no sharing."""
     if any(not torch.equal(leaf.detach(), values[name]) for name, leaf in leaves.items()):
-        raise ExerciseError(
-            "changed-input", f"Your sweep changed the values of a leaf on {label}.", hint=_SWEEP_HINTS["changed-leaf"]
+        raise named(
+            "changed-leaf", f"Your sweep changed the values of a leaf on {label}.", _SWEEP_HINTS, "changed-input"
         )
     if most_runs > 1:
         summary = f"A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} times; backward() runs every node exactly once)."
@@ -437,19 +422,12 @@ def _wrong_grads(label, build, leaves, reference, name) -> ExerciseError:
     got, right = leaves[name].grad, reference[name]
     head = f"After your sweep on {label}, {name}.grad is wrong"
     if right is None:
-        return ExerciseError(
-            "value", f"{head}: backward() leaves it None (it needs no gradient), you set it.", mistake="grad-set"
-        )
+        summary = f"{head}: backward() leaves it None (it needs no gradient), you set it."
+        return ExerciseError("value", summary, mistake="grad-set")
     if got is None:
         return named("grad-missing", f"{head}: it is None, but backward() gives it a gradient.", _SWEEP_HINTS, "value")
     measured = {"max_abs_error": float((got.double() - right.double()).abs().max())}
     head += f" (max |error| {measured['max_abs_error']:.3g})."
-    mistake = next(
-        (
-            m
-            for m, options in SWEEP_MISTAKES
-            if not _same_grads(leaves, _grads_after(build, lambda out, options=options: _sweep(out, **options)))
-        ),
-        None,
-    )
+    rerun = lambda options: _grads_after(build, lambda out: _sweep(out, **options))
+    mistake = next((m for m, options in SWEEP_MISTAKES if not _same_grads(leaves, rerun(options))), None)
     return ExerciseError("value", head, hint=_SWEEP_HINTS[mistake], mistake=mistake, measured=measured)
