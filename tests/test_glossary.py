@@ -1,5 +1,6 @@
 """The Chinese edition follows one glossary (translations/glossary.tsv): every current translation of a unit
-whose English uses a term carries the term's fixed form (PyTorch's English term kept, or the Chinese given)."""
+whose English uses a term carries the term's fixed form (PyTorch's English term kept, or the Chinese given).
+The chapters' prose (translations/zh/NN_topic.po) and the package's messages (translations/zh/package/) alike."""
 
 import csv
 import re
@@ -10,7 +11,9 @@ import pytest
 from autogradlab.release.translation import read_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGS = sorted((ROOT / "translations" / "zh").glob("[0-9][0-9]_*.po"))
+CATALOGS = sorted((ROOT / "translations" / "zh").glob("[0-9][0-9]_*.po")) + sorted(
+    (ROOT / "translations" / "zh" / "package").glob("*.po")
+)
 
 
 def glossary() -> list[tuple[str, str, str]]:
@@ -53,7 +56,9 @@ def test_the_finder_sees_a_missing_term_and_lets_the_longer_term_win():
     ]
 
 
-@pytest.mark.parametrize("path", CATALOGS, ids=[p.stem for p in CATALOGS])
+@pytest.mark.parametrize(
+    "path", CATALOGS, ids=[p.stem if p.parent.name == "zh" else f"package/{p.stem}" for p in CATALOGS]
+)
 def test_translations_use_the_glossary(path):
     terms = glossary()
     problems = []
@@ -61,5 +66,6 @@ def test_translations_use_the_glossary(path):
         if message.id and message.string and not message.fuzzy:
             missing = missing_terms(message.id, message.string, terms)
             if missing:
-                problems.append(f"{message.auto_comments[0] if message.auto_comments else ''}: {', '.join(missing)}")
+                where = message.auto_comments[:1] or [f"{path}:{line}" for path, line in message.locations[:1]]
+                problems.append(f"{where[0] if where else message.id[:60]}: {', '.join(missing)}")
     assert not problems, f"{path.name}: terms the glossary fixes are missing:\n" + "\n".join(problems)

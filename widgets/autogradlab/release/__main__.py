@@ -1,8 +1,9 @@
 """CLI: ``python -m autogradlab.release [--check] [--root DIR]``.
 
 Writes chapters/ (English) and, from the translation catalogs (translations/zh/), chapters-zh/ (the
-Chinese edition). ``--check`` fails when either is out of date, or when a unit of prose has no current
-translation (named by chapter, cell and paragraph).
+Chinese edition). ``--check`` fails when either is out of date, when a unit of prose has no current
+translation (named by chapter, cell and paragraph), or when a package message has none or the package's
+``.mo`` is stale (named by module and msgid; ``autogradlab.release.package_catalog``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 
+from autogradlab.release import package_catalog
 from autogradlab.release.launch import EDITIONS
 from autogradlab.release.student import ReleaseError, student_notebook, to_text
 from autogradlab.release.translation import LANGUAGES, catalog_path, problems, read_catalog, translate_notebook
@@ -79,12 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"release: error: {exc}", file=sys.stderr)
         return 2
     problems = stale(root, wanted)
+    untranslated += [f"{lang}: {line}" for lang in LANGUAGES for line in package_catalog.problems(root, lang)]
     for line in untranslated:
         print(f"release: translation {line}", file=sys.stderr)
     if untranslated:
         print(
             "release: a unit has no current translation: `python -m autogradlab.release.translation update`, "
-            "then translate what it lists (translations/<lang>/NN_topic.po)",
+            "or `package-update MODULE`, then translate what it lists (translations/<lang>/NN_topic.po, "
+            "translations/<lang>/package/MODULE.po) and `package-compile`",
             file=sys.stderr,
         )
     if args.check:

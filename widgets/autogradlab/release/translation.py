@@ -39,7 +39,7 @@ HEADER = (
     "# python -m autogradlab.release.translation update   brings it in step; check   lists what needs work.\n"
     "# Terms follow translations/glossary.tsv."
 )
-_EPOCH = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC)
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LIST = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)(.*)$")
@@ -198,16 +198,24 @@ def write_catalog(catalog: Catalog, path: Path) -> None:
 def update_catalog(catalog: Catalog, notebooks: dict[str, object]) -> Catalog:
     """A catalog in step with the notebooks: new units added, edited ones stale (fuzzy), removed ones dropped.
 
-    An edited unit is matched to the removed unit of the *same cell* it most resembles (difflib): its
-    old translation is kept, marked fuzzy, with the old English as ``previous_id``. A unit with no such
-    counterpart is new (missing). Matching stays inside a cell, so a new sentence never inherits an
-    unrelated cell's translation.
+    An edited unit is matched to the removed unit of the *same cell* it most resembles (see :func:`merge`).
     """
-    fresh = template(notebooks)
+    return merge(catalog, template(notebooks))
+
+
+def merge(catalog: Catalog, fresh: Catalog, header: str = HEADER) -> Catalog:
+    """``fresh`` (every current message, English only) with ``catalog``'s translations carried over.
+
+    A message whose English is unchanged keeps its translation (and flags). An edited one is matched to the
+    removed message of the *same context* it most resembles (difflib): its old translation is kept, marked
+    fuzzy, with the old English as ``previous_id``. A message with no such counterpart is new (missing); one
+    that is gone is dropped. A chapter's context is its cell, so a new sentence never inherits an unrelated
+    cell's translation; the package's messages have no context, so they match within their module.
+    """
     fresh.locale, fresh.project = catalog.locale, catalog.project
-    # a stable header: an update that changes no unit leaves the file as it was
+    # a stable header: an update that changes no message leaves the file as it was
     fresh.creation_date = fresh.revision_date = _EPOCH
-    fresh.header_comment = HEADER
+    fresh.header_comment = header
     fresh.language_team = fresh.last_translator = "Autograd Lab"
     by_context: dict[str | None, dict[str, object]] = {}
     for message in catalog:
@@ -278,19 +286,35 @@ def solution_notebooks(root: Path) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autogradlab.release.translation update|check [--lang zh]``.
+    """``python -m autogradlab.release.translation update|check|package-update|package-compile [--lang zh]``.
 
     ``update`` brings every chapter's catalog in step with solutions/ (new units empty, edited ones fuzzy);
-    ``check`` lists every missing or stale unit and fails when there is one.
+    ``package-update [MODULE ...]`` does the same for the package's messages (every module's catalog, or only
+    the named ones: ``autogradlab.views.graph_view`` or ``views.graph_view``); ``package-compile`` writes the
+    package's ``.mo`` from its catalogs (``autogradlab.release.package_catalog``); ``check`` lists every
+    missing or stale unit and package message and fails when there is one.
     """
     import argparse
     import sys
 
+    from autogradlab.release import package_catalog
+
     parser = argparse.ArgumentParser(prog="python -m autogradlab.release.translation")
-    parser.add_argument("command", choices=("update", "check"))
+    parser.add_argument("command", choices=("update", "check", "package-update", "package-compile"))
+    parser.add_argument("modules", nargs="*", help="package-update: only these modules' catalogs")
     parser.add_argument("--lang", default="zh", choices=sorted(LANGUAGES))
     parser.add_argument("--root", type=Path, default=Path.cwd())
     args = parser.parse_args(argv)
+    if args.modules and args.command != "package-update":
+        parser.error("modules are named only with package-update")
+    if args.command == "package-update":
+        written = package_catalog.update(args.root, args.lang, args.modules or None)
+        print(f"package ({args.lang}): {len(written)} catalogs written")
+        return 0
+    if args.command == "package-compile":
+        path = package_catalog.compile_mo(args.root, args.lang)
+        print(f"package ({args.lang}): {len(package_catalog.compiled(args.root, args.lang))} messages in {path}")
+        return 0
     notebooks = solution_notebooks(args.root)
     found = []
     for chapter, nb in notebooks.items():
@@ -304,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr)
     units_total = sum(len(units(c.source)) for nb in notebooks.values() for c in nb.cells if c.cell_type == "markdown")
     print(f"translation ({args.lang}): {units_total - len(found)} of {units_total} units current")
+    if args.command == "check":
+        package = package_catalog.problems(args.root, args.lang)
+        for line in package:
+            print(line, file=sys.stderr)
+        print(f"translation ({args.lang}): {len(package)} package problems")
+        found += package
     return 1 if found and args.command == "check" else 0
 
 
@@ -313,6 +343,7 @@ __all__ = [
     "solution_notebooks",
     "LANGUAGES",
     "Unit",
+    "merge",
     "problems",
     "read_catalog",
     "rebuild",

@@ -1,0 +1,132 @@
+"""The package speaks Chinese when asked (issue 26): gettext catalogs per module, one compiled .mo, English default."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autogradlab import i18n
+from autogradlab.release import package_catalog
+from autogradlab.release.translation import read_catalog, write_catalog
+
+
+@pytest.fixture
+def zh(monkeypatch):
+    """The package in Chinese for one test (the language is read at each call)."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    yield
+    monkeypatch.delenv("AUTOGRADLAB_LANG")
+
+
+def test_english_is_the_default_and_unknown_languages_fall_back_to_it(monkeypatch):
+    monkeypatch.delenv("AUTOGRADLAB_LANG", raising=False)
+    assert i18n.language() == "en" and i18n._("Hint: ") == "Hint: "
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "xx")
+    assert i18n.language() == "en"
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh_CN.UTF-8")
+    assert i18n.language() == "zh"
+    assert i18n._("") == ""  # never gettext's header
+
+
+def _package(tmp_path, source: str):
+    """A repository with one module ``views.demo`` wrapping messages, and an empty zh edition."""
+    module = tmp_path / "widgets" / "autogradlab" / "views" / "demo.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(source)
+    (tmp_path / "translations" / "zh").mkdir(parents=True)
+    return module
+
+
+DEMO = """from autogradlab.i18n import N_, _
+
+LEGEND = {"leaf": N_("a leaf tensor")}
+
+
+def title(name):
+    return _("Gradient of `{name}`").format(name=name) + _("Hint: ")
+"""
+
+
+def test_update_translate_compile_check_flow(tmp_path):
+    module = _package(tmp_path, DEMO)
+    assert [p.name for p in package_catalog.update(tmp_path)] == ["views.demo.po"]
+    path = tmp_path / "translations/zh/package/views.demo.po"
+    found = package_catalog.problems(tmp_path)
+    assert len(found) == 3 and all(": missing: " in line for line in found), found
+    assert "package views.demo, line 3: missing: 'a leaf tensor'" in found
+
+    catalog = read_catalog(path)
+    zh = {"a leaf tensor": "leaf tensor", "Gradient of `{name}`": "`{name}` 的梯度", "Hint: ": "提示："}
+    for message in catalog:
+        if message.id:
+            message.string = zh[message.id]
+    write_catalog(catalog, path)
+    assert package_catalog.problems(tmp_path) == [
+        "package: widgets/autogradlab/locale/zh/LC_MESSAGES/autogradlab.mo is not what the catalogs compile to "
+        "(run `python -m autogradlab.release.translation package-compile`)"
+    ]
+    package_catalog.compile_mo(tmp_path)
+    assert package_catalog.problems(tmp_path) == []
+    first = (tmp_path / package_catalog.MO.format(lang="zh")).read_bytes()
+    package_catalog.compile_mo(tmp_path)
+    assert (tmp_path / package_catalog.MO.format(lang="zh")).read_bytes() == first  # compiling is reproducible
+    before = path.read_bytes()
+    package_catalog.update(tmp_path, names=["autogradlab.views.demo"])
+    assert path.read_bytes() == before  # an update that changes nothing leaves the file as it was
+
+    # an English edit: its translation is kept but stale, with the old English beside it
+    module.write_text(DEMO.replace("Gradient of `{name}`", "The gradient of `{name}`"))
+    assert any("catalog out of step" in line for line in package_catalog.problems(tmp_path))
+    package_catalog.update(tmp_path)
+    stale = read_catalog(path).get("The gradient of `{name}`")
+    assert stale.fuzzy and stale.string == "`{name}` 的梯度"
+    assert '#| msgid "Gradient of `{name}`"' in path.read_text()
+    stale_line, mo_line = package_catalog.problems(tmp_path)
+    assert stale_line == "package views.demo, line 7: stale: 'The gradient of `{name}`'"
+    assert "is not what the catalogs compile to" in mo_line  # a stale translation is not compiled
+
+
+def test_check_names_lost_fields_f_strings_conflicts_and_orphan_catalogs(tmp_path):
+    _package(tmp_path, DEMO + '\n\ndef bad(x):\n    return _(f"value {x}")\n')
+    package_catalog.update(tmp_path)
+    path = tmp_path / "translations/zh/package/views.demo.po"
+    catalog = read_catalog(path)
+    for message in catalog:
+        if message.id:
+            message.string = "梯度" if "{name}" in message.id else "提示："
+    write_catalog(catalog, path)
+    other = tmp_path / "translations/zh/package/views.gone.po"
+    write_catalog(catalog, other)
+    other_catalog = read_catalog(other)
+    other_catalog.get("Hint: ").string = "提示:"
+    write_catalog(other_catalog, other)
+    package_catalog.compile_mo(tmp_path)
+    found = "\n".join(package_catalog.problems(tmp_path))
+    assert "views/demo.py:11: _() wraps an f-string" in found
+    assert "line 7: the translation's {fields} differ: 'Gradient of `{name}`'" in found
+    assert "package views.gone: a catalog for a module that wraps no message" in found
+    assert "translate 'Hint: ' differently" in found
+
+
+# ---------------------------------------------------------------- the package's own catalogs
+
+
+ROOT_CATALOGS = sorted(package_catalog.catalogs(package_catalog.Path(__file__).resolve().parent.parent).items())
+
+
+def test_the_package_messages_are_translated_and_the_mo_is_fresh(repo_root):
+    assert package_catalog.problems(repo_root) == []
+
+
+def test_one_english_text_has_one_translation_across_catalogs(repo_root):
+    assert package_catalog.translations(repo_root)[1] == []
+
+
+@pytest.mark.parametrize("module,catalog", ROOT_CATALOGS, ids=[name for name, _ in ROOT_CATALOGS])
+def test_translations_keep_their_fields_code_and_markup(module, catalog):
+    code = re.compile(r"`[^`]*`")
+    for message in catalog:
+        if message.id and message.string:
+            assert package_catalog.fields(message.id) == package_catalog.fields(message.string), message.id
+            assert sorted(code.findall(message.id)) == sorted(code.findall(message.string)), message.id
