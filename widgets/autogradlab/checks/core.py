@@ -135,6 +135,15 @@ class Routine:
     shown: str
 
 
+def routines(owner: Any, prefix: str, *attrs: str) -> tuple[Routine, ...]:
+    """One :class:`Routine` per attribute of ``owner``, shown as ```prefix.attr```.
+
+    >>> [r.shown for r in routines(torch.Tensor, "Tensor", "softmax", "logsumexp")]
+    ['`Tensor.softmax`', '`Tensor.logsumexp`']
+    """
+    return tuple(Routine(owner, attr, f"`{prefix}.{attr}`") for attr in attrs)
+
+
 @dataclass(frozen=True)
 class OffLimits:
     """What an exercise rules out while the learner's function runs (:class:`LearnerCall` applies it).
@@ -225,10 +234,7 @@ def autograd_routines() -> tuple[Routine, ...]:
         Routine(torch.autograd, "grad", "`torch.autograd.grad`"),
         Routine(transforms, grad_nesting, "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
         Routine(transforms, jvp_nesting, "a `torch.func` forward-mode transform (jvp, jacfwd)"),
-        *(
-            Routine(functional, f, f"`torch.autograd.functional.{f}`")
-            for f in ("jacobian", "hessian", "vjp", "jvp", "vhp", "hvp")
-        ),
+        *routines(functional, "torch.autograd.functional", "jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"),
     )
 
 
