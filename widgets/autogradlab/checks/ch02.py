@@ -15,21 +15,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import Case, Mistake, OffLimits, Routine, check_function, mistakes, seeded
+from autogradlab.checks.core import Case, Mistake, OffLimits, check_function, mistakes, routines, seeded
 
 # aten's own backward kernels compute these exercises' answers in one call.
-_ATEN_BACKWARDS = tuple(
-    Routine(torch.ops.aten, name, f"`torch.ops.aten.{name}`")
-    for name in (
-        "_softmax_backward_data",
-        "_log_softmax_backward_data",
-        "native_layer_norm_backward",
-    )
-)
+_ATEN_BACKWARDS = routines(torch.ops.aten, "torch.ops.aten", "_softmax_backward_data", "_log_softmax_backward_data")
+_ATEN_BACKWARDS += routines(torch.ops.aten, "torch.ops.aten", "native_layer_norm_backward")
 
 
-def _by_hand(why: str, routines=()) -> OffLimits:
-    return OffLimits(autograd=True, no_graph=True, routines=(*_ATEN_BACKWARDS, *routines), why=why)
+def _by_hand(why: str, refused=()) -> OffLimits:
+    return OffLimits(autograd=True, no_graph=True, routines=(*_ATEN_BACKWARDS, *refused), why=why)
 
 
 # --------------------------------------------------------------------------- softmax cross-entropy
@@ -37,11 +31,11 @@ def _by_hand(why: str, routines=()) -> OffLimits:
 _SOFTMAX_OFF = _by_hand(
     "build the softmax and its log from exp, log, max and sum yourself.",
     (
-        *(Routine(torch, f, f"`torch.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
-        *(Routine(torch.special, f, f"`torch.special.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
-        *(Routine(F, f, f"`F.{f}`") for f in ("softmax", "log_softmax", "cross_entropy", "nll_loss")),
-        *(Routine(torch.Tensor, f, f"`Tensor.{f}`") for f in ("softmax", "log_softmax", "logsumexp")),
-        *(Routine(torch.ops.aten, f, f"`torch.ops.aten.{f}`") for f in ("_softmax", "_log_softmax", "logsumexp")),
+        *routines(torch, "torch", "softmax", "log_softmax", "logsumexp"),
+        *routines(torch.special, "torch.special", "softmax", "log_softmax", "logsumexp"),
+        *routines(F, "F", "softmax", "log_softmax", "cross_entropy", "nll_loss"),
+        *routines(torch.Tensor, "Tensor", "softmax", "log_softmax", "logsumexp"),
+        *routines(torch.ops.aten, "torch.ops.aten", "_softmax", "_log_softmax", "logsumexp"),
     ),
 )
 
@@ -90,10 +84,7 @@ def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=Tr
     return -log_p[rows, y].sum() / scale / (len(y) if pick == "block" else 1), (p - target) / scale
 
 
-_OVERFLOW = (
-    "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, "
-    "and never take the log of a softmax that can underflow."
-)
+_OVERFLOW = "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, and never take the log of a softmax that can underflow."
 
 _CROSS_ENTROPY_HINTS = {
     "no-mean": "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).",
@@ -120,6 +111,9 @@ CROSS_ENTROPY_MISTAKES = mistakes(
 )
 
 
+_KEEPDIM = "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
+
+
 def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
     """Check ``softmax_cross_entropy(z, y) -> (loss, dz)`` = ``F.cross_entropy(z, y)`` and its gradient, by hand.
 
@@ -143,10 +137,7 @@ def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
         name="softmax_cross_entropy",
         outputs=("loss", "dz"),
         mistakes=CROSS_ENTROPY_MISTAKES,
-        error_hints={
-            "size_mismatch": "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against "
-            "z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
-        },
+        error_hints={"size_mismatch": _KEEPDIM},
         off_limits=_SOFTMAX_OFF,
         nonfinite=Mistake("overflow", _OVERFLOW),
     )
@@ -202,15 +193,12 @@ def _layernorm_manual(x, gamma, beta, G, eps, slip=""):
 
 
 _LAYERNORM_HINTS = {
-    "no-variance-path": "dx misses the path through the variance: σ depends on every x of the row too. Follow "
-    "x → var → σ → x̂ and add the gradient that flows back along that path.",
-    "no-mean-path": "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). "
-    "Add the gradient that flows back through μ.",
+    "no-variance-path": "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ and add the gradient that flows back along that path.",
+    "no-mean-path": "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the gradient that flows back through μ.",
     "constant-stats": "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.",
     "no-gamma": "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.",
     "variance-sign": "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).",
-    "unbiased-var": "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. "
-    "Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
+    "unbiased-var": "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
     "no-eps": "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.",
     "fixed-eps": "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.",
     "eps-outside": "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.",
@@ -237,8 +225,7 @@ def check_layernorm_backward(layernorm_backward) -> None:
         name="layernorm_backward",
         outputs=("dx", "dgamma", "dbeta"),
         mistakes=LAYERNORM_MISTAKES,
-        error_hints="reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the "
-        "row); dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last.",
+        error_hints="reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the row); dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last.",
         off_limits=_by_hand(
             "derive the gradient with tensor operations: autograd and aten's backward kernels do it for you."
         ),
