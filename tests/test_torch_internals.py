@@ -292,6 +292,23 @@ def test_explain_lists_graph_breaks_with_reason_and_user_line():
     torch.compiler.reset()
 
 
+def test_compiled_autograd_hands_the_whole_backward_to_the_compiler_as_one_graph():
+    graphs = []
+
+    def keep(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    w = torch.ones(3, requires_grad=True)
+    h = w.sin()
+    h.register_hook(lambda g: 2 * g)
+    with internals.compiled_autograd(torch.compile(backend=keep)):
+        (h * h).sum().backward()
+    assert len(graphs) == 1
+    assert torch.allclose(w.grad, 2 * 2 * w.sin().detach() * w.cos().detach())
+    torch.compiler.reset()
+
+
 def test_inductor_decompositions_split_gelu_into_pointwise_ops():
     table = internals.inductor_decompositions()
     assert torch.ops.aten.gelu.default in table and torch.ops.aten.gelu_backward.default in table

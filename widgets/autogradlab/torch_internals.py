@@ -257,7 +257,7 @@ __all__ += ["scaler_started", "scaler_stage"]
 # --------------------------------------------------------------------------- torch.compile (chapter 11)
 # Chapter 11 reads what torch.compile records. Everything else it uses is public (``torch.compile``,
 # ``torch.compiler.reset``, ``functorch.compile``'s partitioners and ``aot_module_simplified``, the
-# graphs' ``OpOverload.is_view``); these two are not.
+# graphs' ``OpOverload.is_view``); these three are not.
 
 
 def explain(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -270,6 +270,18 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> Any:
     import torch._dynamo
 
     return torch._dynamo.explain(fn)(*args, **kwargs)
+
+
+def compiled_autograd(compiler: Any) -> Any:
+    """A context manager under which ``backward()`` is traced and compiled by ``compiler`` (compiled autograd).
+
+    ``torch._dynamo.compiled_autograd._enable`` is what ``torch._dynamo.config.compiled_autograd = True``
+    turns on for a ``backward()`` inside ``torch.compile``; the context manager scopes it to one block
+    and hands the traced backward graph to a compiler of our choice (a recording one).
+    """
+    from torch._dynamo import compiled_autograd as ca
+
+    return ca._enable(compiler)
 
 
 def inductor_decompositions() -> dict:
