@@ -642,8 +642,8 @@ def check_function(
     """Run ``fn`` (through :class:`LearnerCall`) and ``reference`` on every case and compare; print ✓ or raise.
 
     Both get their own copies of the inputs, so a learner's in-place change cannot alter the
-    reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip;
-    ``nonfinite`` names the slip behind an unexplained inf or NaN (see :func:`compare`).
+    reference (and is reported). Each :class:`Mistake` is run on the same inputs to name the slip
+    (one whose formula raises on an input cannot be the slip there); ``nonfinite`` names the slip behind an unexplained inf or NaN (see :func:`compare`).
     ``outputs`` names the tensors of a function that returns several, e.g. ``(dX, dW, db)``: each is
     compared on its own, so the message names the wrong one (a :class:`Mistake`'s ``compute``
     returns the whole wrong tuple).
@@ -659,7 +659,7 @@ def check_function(
         got = learner.on(case.label)(*clones(case.args))
         if several:
             expected, got = tuple(expected), as_outputs(got, tuple(outputs), name)
-        wrong = {m: m.compute(*clones(case.args)) for m in mistakes}
+        wrong = {m: values for m in mistakes if (values := _slip(m, case.args)) is not None}
         for i, output in enumerate(outputs or (None,)):
             compare(
                 got[i] if several else got,
@@ -674,6 +674,13 @@ def check_function(
     plural = "s" if len(cases) != 1 else ""
     shown = f" (outputs {', '.join(outputs)})" if several else ""
     passed(f"{name} matches the reference on {len(cases)} input{plural}{shown}")
+
+
+def _slip(mistake: Mistake, args: Sequence) -> Any:
+    try:
+        return mistake.compute(*clones(args))
+    except Exception:  # noqa: BLE001  the slip does not apply to this input
+        return None
 
 
 def as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
