@@ -325,7 +325,7 @@ WRONG_SOFTPLUS = {
         lambda: function_class(
             "StableSoftplus", lambda ctx, x: (ctx.save_for_backward(x), torch.nn.functional.softplus(x))[1], sp_backward
         ),
-        "torch's `softplus`",
+        "`F.softplus`",
     ),
     "calls torch.logaddexp": (
         lambda: function_class(
@@ -457,7 +457,7 @@ WRONG_NORM = {
             lambda ctx, x: (ctx.save_for_backward(x), torch.linalg.vector_norm(x, dim=-1))[1],
             lambda ctx, g: g.unsqueeze(-1) * ctx.saved_tensors[0],
         ),
-        "torch's `vector_norm`",
+        "`torch.linalg.vector_norm`",
     ),
 }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from autogradlab.checks.core import (
     Case,
@@ -32,11 +33,11 @@ from autogradlab.checks.core import (
     LearnerCall,
     Mistake,
     OffLimits,
-    Routine,
     compare,
     mistakes,
     named,
     passed,
+    routines,
     seeded,
 )
 from autogradlab.graph.traverse import node_name, walk
@@ -125,7 +126,7 @@ def check_autograd_function(
     name: str,
     reference: Callable,
     cases: Sequence[Case],
-    input_names: Sequence[str],
+    input_names: Sequence[str] = ("x",),
     mistakes: Sequence[Mistake] = (),
     forward_mistakes: Sequence[Mistake] = (),
     nonfinite: Mistake | None = None,
@@ -134,7 +135,7 @@ def check_autograd_function(
     saved_check: Callable[[list, torch.Tensor], Mistake | None] | None = None,
     off_limits: OffLimits = OffLimits(),
     gradcheck: bool = True,
-    then: Callable[[], None] | None = None,
+    then: Callable[[Callable, str], None] | None = None,
 ) -> None:
     """Check a learner's ``torch.autograd.Function`` subclass: forward, backward (called directly), gradcheck.
 
@@ -144,8 +145,8 @@ def check_autograd_function(
     behind an inf or NaN that no listed mistake explains. A case's ``context["frozen"]`` lists inputs that do
     not require grad: the backward must return None for them (``ctx.needs_input_grad``). The forward keeps
     tensors in ``save_for_backward``, saves at most ``max_saved`` (``saved_check(saved, out)`` may name a
-    further slip in what is saved), and uses nothing ``off_limits`` rules out. ``then`` runs the exercise's
-    own extra checks before the ✓ line.
+    further slip in what is saved), and uses nothing ``off_limits`` rules out. ``then(apply, name)`` runs the
+    exercise's own extra checks before the ✓ line.
     """
     apply = _apply_of(cls, name)
     owner = cls if isinstance(cls, type) else cls.__self__
@@ -179,7 +180,7 @@ def check_autograd_function(
             hint = "run torch.autograd.gradcheck(Fn.apply, inputs) yourself on float64 inputs: it prints the Jacobian your backward gives next to the finite-difference one."
             raise ExerciseError("value", f"gradcheck fails for `{name}` on {label}.", hint=hint, mistake="gradcheck")
     if then is not None:
-        then()
+        then(apply, name)
     plural = "s" if len(cases) != 1 else ""
     what = "forward, backward and gradcheck pass" if gradcheck else "forward and backward match their definition"
     passed(f"{name}: {what} on {len(cases)} input{plural}")
@@ -296,14 +297,14 @@ SOFTPLUS_MISTAKES = mistakes(
         "no-grad-output": lambda x, v: (torch.sigmoid(x),),
         "exp-derivative": lambda x, v: (v * torch.exp(x),),
         "sigmoid-of-minus-x": lambda x, v: (v * torch.sigmoid(-x),),
-        "softplus-as-derivative": lambda x, v: (v * torch.nn.functional.softplus(x),),
+        "softplus-as-derivative": lambda x, v: (v * F.softplus(x),),
     },
 )
 BUILD_IT_YOURSELF = OffLimits(
     routines=(
-        Routine(torch.nn.functional, "softplus", "torch's `softplus`"),
-        Routine(torch, "logaddexp", "`torch.logaddexp`"),
-        Routine(torch.Tensor, "logaddexp", "`Tensor.logaddexp`"),
+        *routines(F, "F", "softplus"),
+        *routines(torch, "torch", "logaddexp"),
+        *routines(torch.Tensor, "Tensor", "logaddexp"),
     ),
     why="this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one.",
 )
@@ -313,7 +314,7 @@ def _check_softplus_precision(apply: Callable, name: str) -> None:
     """For very negative x, softplus(x) ≈ eˣ is tiny: an answer off by 100% of it hides under any absolute tolerance."""
     x = torch.tensor([-20.0, -40.0, -300.0], dtype=torch.float64)
     got = LearnerCall(apply, name, BUILD_IT_YOURSELF).on("x = [−20, −40, −300]")(x).detach()
-    relative = float(((got - torch.nn.functional.softplus(x)).abs() / torch.nn.functional.softplus(x)).max())
+    relative = float(((got - F.softplus(x)).abs() / F.softplus(x)).max())
     if not relative <= 1e-12:
         detail = f"For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got]} (relative error {relative:.3g})."
         hint = "1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
@@ -336,18 +337,16 @@ def check_softplus_function(StableSoftplus) -> None:
     >>> check_softplus_function(StableSoftplus)
     ✓ StableSoftplus: forward, backward and gradcheck pass on 5 inputs
     """
-    name = "StableSoftplus"
     check_autograd_function(
         StableSoftplus,
-        name=name,
-        reference=torch.nn.functional.softplus,
+        name="StableSoftplus",
+        reference=F.softplus,
         cases=_softplus_cases(),
-        input_names=("x",),
         mistakes=SOFTPLUS_MISTAKES,
         nonfinite=SOFTPLUS_MISTAKES[0],
         max_saved=2,
         off_limits=BUILD_IT_YOURSELF,
-        then=lambda: _check_softplus_precision(_apply_of(StableSoftplus, name), name),
+        then=_check_softplus_precision,
     )
 
 
@@ -367,11 +366,6 @@ def _norm_cases() -> list[Case]:
     ]
 
 
-def _norm_grad(x, v):
-    norm = x.norm(dim=-1, keepdim=True)
-    return v.unsqueeze(-1) * torch.where(norm > 0, x / norm.clamp_min(1e-300), 0.0)
-
-
 NORM_HINTS = {
     "no-grad-output": "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).",
     "not-normalised": "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).",
@@ -383,19 +377,15 @@ NORM_HINTS = {
 NORM_MISTAKES = mistakes(
     NORM_HINTS,
     {
-        "no-grad-output": lambda x, v: (_norm_grad(x, torch.ones_like(v)),),
+        "no-grad-output": lambda x, v: (torch.nan_to_num(x / x.norm(dim=-1, keepdim=True)),),  # 0/0 -> 0
         "not-normalised": lambda x, v: (v.unsqueeze(-1) * x,),
     },
 )
 USE_YOUR_OWN_NORM = OffLimits(
-    routines=tuple(
-        Routine(owner, attr, f"torch's `{attr}`")
-        for owner, attr in (
-            (torch.linalg, "vector_norm"),
-            (torch.linalg, "norm"),
-            (torch, "norm"),
-            (torch.Tensor, "norm"),
-        )
+    routines=(
+        *routines(torch.linalg, "torch.linalg", "vector_norm", "norm"),
+        *routines(torch, "torch", "norm"),
+        *routines(torch.Tensor, "Tensor", "norm"),
     ),
     why="this exercise is to write the norm's backward yourself; torch's norms bring their own.",
 )
@@ -447,13 +437,12 @@ def check_safe_norm_function(SafeNorm) -> None:
         name="SafeNorm",
         reference=lambda x: torch.linalg.vector_norm(x, dim=-1),
         cases=_norm_cases(),
-        input_names=("x",),
         mistakes=NORM_MISTAKES,
         nonfinite=Mistake("zero-division", NORM_HINTS["zero-division"]),
         error_hints="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
         max_saved=2,
         off_limits=USE_YOUR_OWN_NORM,
-        then=lambda: _check_norm_double_backward(_apply_of(SafeNorm, "SafeNorm"), "SafeNorm"),
+        then=_check_norm_double_backward,
     )
 
 
@@ -528,7 +517,6 @@ def check_clipped_sign_ste(ClippedSignSTE) -> None:
         name="ClippedSignSTE",
         reference=_clipped_ste,
         cases=_ste_cases(),
-        input_names=("x",),
         mistakes=STE_MISTAKES,
         forward_mistakes=STE_FORWARD_MISTAKES,
         max_saved=1,
