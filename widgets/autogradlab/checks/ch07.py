@@ -13,6 +13,7 @@ reference step makes it, so a wrong result equal to a variant's is named exactly
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -26,10 +27,7 @@ from autogradlab.checks.stateful import Runs, recorded_scaler_calls, run_variant
 from autogradlab.models import step_cases as cases
 from autogradlab.models import token_accumulation as tokens
 
-EMPTY = (
-    "a micro-batch with no counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's "
-    "mean when every target is ignored), and NaN × 0 is still NaN. A token SUM of no tokens is an exact 0."
-)
+EMPTY = "a micro-batch with no counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's mean when every target is ignored), and NaN × 0 is still NaN. A token SUM of no tokens is an exact 0."
 
 #: mistake id → hint (the variants' errors are "value" errors from compare; the others' kinds are in _KINDS).
 HINTS = {
@@ -83,17 +81,42 @@ HINTS = {
 }
 
 
-_KINDS = {"micro-batches-changed": "changed-input", "empty-micro-batch-nan": "not-finite", "empty-nan": "not-finite"}
-_KINDS |= {
-    "not-one-loss-per-micro-batch": "type",
-    "not-a-scalar": "shape",
-    "logged-mean": "value",
-    "logged-loss": "value",
+#: what the learner's code did, by key: summaries filled in with ``name`` and ``label`` (the LearnerCall's) and values.
+SAID = {
+    "backwards": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}.",
+    "alive": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}; up to {alive} forward passes ran before a backward.",
+    "backward-count": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}; expected one per micro-batch ({needed}).",
+    "grads-left": "after `{name}` gradients are still in .grad for {label}.",
+    "micro-batches-changed": "`{name}` changed the caller's data in place for {label}.",
+    "steps": "`{name}` stepped {n} times for {label}; expected {want}.",
+    "nan-grad": "`{name}` left inf/NaN in .grad for {label}.",
+    "not-float": "`{name}` returned {type} for {label}; expected the window's token-mean loss as a Python float (for logging).",
+    "logged": "`{name}` returned {value:.6g} for {label}; the window's token mean is {loss:.6g}.",
+    "dtype": "`{name}` ran the forward in {dtypes} dtype for {label}.",
+    "backward-in-autocast": "`{name}` called backward inside the autocast region for {label}.",
+    "scaler-step-each": "`{name}` called scaler.step {n} times for {label}.",
+    "update-before-step": "`{name}` called scaler.update() before scaler.step for {label}.",
+    "update-count": "`{name}` called scaler.update() {n} times for {label}.",
+    "optimizer-step": "the parameters changed although the gradients overflowed, for {label}.",
+    "step-count": "optimizer.step() ran {n} times for {label}; expected once.",
+    "scale": "the scale is {got:g} after the step, expected {want:g} (it halves after an overflow, grows after a good step), for {label}.",
+    "all-reduce-skipped": "the ranks called all_reduce different numbers of times: {calls}.",
+    "not-one-loss-per-micro-batch": "`{name}` returned {type} on rank {rank} for {label}; expected a list of {n} losses.",
+    "not-a-scalar": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} has shape {shape}; a loss is a 0-dim tensor.",
+    "no-graph": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is a {type} without a graph.",
+    "empty-nan": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is {value}.",
 }
+_KINDS = {"micro-batches-changed": "changed-input", "not-one-loss-per-micro-batch": "type", "not-a-scalar": "shape"}
+_KINDS |= dict.fromkeys(("empty-micro-batch-nan", "empty-nan"), "not-finite")
+_KINDS |= dict.fromkeys(("logged-mean", "logged-loss"), "value")
 
 
-def _fail(mistake: str, summary: str) -> ExerciseError:
-    return ExerciseError(_KINDS.get(mistake, "contract"), summary, hint=HINTS[mistake], mistake=mistake)
+def _fail(mistake: str | None, learner: LearnerCall | None, said: str | None = None, **values) -> ExerciseError:
+    """The error for ``mistake`` (None: a type error without a named slip), summary ``SAID[said or mistake]``."""
+    names = {"name": learner.name, "label": learner.label} if learner else {}
+    summary = SAID[said or mistake].format(**names, **values)
+    kind = _KINDS.get(mistake, "contract") if mistake else "type"
+    return ExerciseError(kind, summary, hint=mistake and HINTS[mistake], mistake=mistake)
 
 
 def _variants(make: Callable, names: str) -> tuple:
@@ -103,8 +126,8 @@ def _variants(make: Callable, names: str) -> tuple:
 # --------------------------------------------------------------------------- shared: what the learner's code did
 
 
-class _Trace:
-    """Records a model's graph-building forward passes ("F") and its backward passes ("B"), in order.
+class _Trace(contextlib.ExitStack):
+    """Records a model's graph-building forward passes ("F") and its backward passes ("B"), in order; its hooks go at exit.
 
     A backward is seen by a post-accumulate-grad hook on the first parameter (once per
     ``backward()`` that reaches it), which also notes autocast being on; a forward hook on
@@ -112,36 +135,28 @@ class _Trace:
     """
 
     def __init__(self, model: torch.nn.Module, dtype_of: torch.nn.Module | None = None):
+        super().__init__()
         self.events, self.dtypes, self.backward_under_autocast = [], set(), False
-        self._handles = [
-            model.register_forward_hook(lambda m, i, out: out.requires_grad and self.events.append("F")),
-            next(model.parameters()).register_post_accumulate_grad_hook(self._backward),
-        ]
+        self.enter_context(model.register_forward_hook(lambda m, i, out: out.requires_grad and self.events.append("F")))
+        self.enter_context(next(model.parameters()).register_post_accumulate_grad_hook(self._backward))
         if dtype_of is not None:
-            self._handles.append(dtype_of.register_forward_hook(lambda m, i, out: self.dtypes.add(out.dtype)))
+            self.enter_context(dtype_of.register_forward_hook(lambda m, i, out: self.dtypes.add(out.dtype)))
 
     def _backward(self, param) -> None:
         self.events.append("B")
         self.backward_under_autocast |= torch.is_autocast_enabled("cpu")
 
-    def __enter__(self) -> _Trace:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-
     def check(self, learner: LearnerCall, needed: int, allowed: int) -> None:
         """One backward per micro-batch, right after its forward; a skipped empty one leaves at most 2 graphs pending."""
-        backwards, alive = self.events.count("B"), max(map(len, "".join(self.events).split("B")))
-        head = f"`{learner.name}` ran {backwards} backward pass(es) that wrote .grad for {learner.label}"
-        if backwards == 0 and needed:
-            raise _fail("no-backward", head + ".")
+        n, alive = self.events.count("B"), max(map(len, "".join(self.events).split("B")))
+        if n == 0 and needed:
+            raise _fail("no-backward", learner, "backwards", n=n)
         if alive > 2:
-            mistake = "one-backward-per-window" if backwards < needed else "forwards-first"
-            raise _fail(mistake, f"{head}; up to {alive} forward passes ran before a backward.")
-        if not needed <= backwards <= allowed:
-            raise _fail("backward-count", f"{head}; expected one per micro-batch ({needed}).")
+            raise _fail(
+                "one-backward-per-window" if n < needed else "forwards-first", learner, "alive", n=n, alive=alive
+            )
+        if not needed <= n <= allowed:
+            raise _fail("backward-count", learner, n=n, needed=needed)
 
 
 def _flat_grads(model) -> torch.Tensor:
@@ -150,28 +165,24 @@ def _flat_grads(model) -> torch.Tensor:
 
 def _check_cleared(model, learner: LearnerCall) -> None:
     if any(p.grad is not None and p.grad.any() for p in model.parameters()):
-        raise _fail("grads-left", f"after `{learner.name}` gradients are still in .grad for {learner.label}.")
+        raise _fail("grads-left", learner)
 
 
 def _unchanged(before, after) -> bool:
     if isinstance(before, torch.Tensor):
         return isinstance(after, torch.Tensor) and before.shape == after.shape and torch.equal(before, after.detach())
-    if isinstance(before, (tuple, list)):
-        return len(before) == len(after) and all(_unchanged(b, a) for b, a in zip(before, after))
-    return True
+    return len(before) == len(after) and all(map(_unchanged, before, after))  # lists and tuples of them
 
 
 def _check_unchanged(before, after, learner: LearnerCall) -> None:
     if not _unchanged(before, after):
-        raise _fail(
-            "micro-batches-changed", f"`{learner.name}` changed the caller's data in place for {learner.label}."
-        )
+        raise _fail("micro-batches-changed", learner)
 
 
-def _compare_naming_variant(got, expected, runs: Runs, same: Callable, **what) -> None:
+def _compare_naming_variant(got, expected, runs: Runs, same: Callable, what: str, label: str, **context) -> None:
     """:func:`compare`; when it fails, a variant whose result ``same`` accepts names the mistake."""
     try:
-        compare(got, expected, **what)
+        compare(got, expected, what=what, label=label, context=context)
     except ExerciseError as error:
         slip = runs.closest(same)
         raise (error.but(hint=slip.hint, mistake=slip.name) if slip else error) from None
@@ -244,18 +255,14 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
         _check_unchanged(cases.regression_micro_batches(seed, count), batches, learner)
         if len(got) != len(windows):
             mistake = {count: "step-each", count // k: "last-window-dropped"}.get(len(got), "step-count")
-            raise _fail(
-                mistake, f"`{learner.name}` stepped {len(got)} times for {learner.label}; expected {len(windows)}."
-            )
+            raise _fail(mistake, learner, "steps", n=len(got), want=len(windows))
         trace.check(learner, count, count)
         for step, (g, e) in enumerate(zip(got, runs.reference[0])):
             what = f"the gradient at optimizer step {step + 1} (a window of {windows[step]})"
-            context = {"accum_steps": windows[step]}
-            _compare_naming_variant(g, e, runs, _same_steps, what=what, label=learner.label, context=context)
+            _compare_naming_variant(g, e, runs, _same_steps, what, learner.label, accum_steps=windows[step])
         _check_cleared(model, learner)
     passed(
-        "accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch "
-        "(3 set-ups, stale gradients, shorter last window)"
+        "accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch (3 set-ups, stale gradients, shorter last window)"
     )
 
 
@@ -348,25 +355,20 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
         trace.check(learner, len(spec) - empty, len(spec))
         expected, loss = _window_in_one_pass(index)
         if not torch.isfinite(got).all():
-            raise _fail("empty-micro-batch-nan", f"`{learner.name}` left inf/NaN in .grad for {learner.label}.")
-        context = {"num_tokens": sum(m.tokens for m in fresh)}
+            raise _fail("empty-micro-batch-nan", learner, "nan-grad")
+        tokens_in = sum(m.tokens for m in fresh)
         _compare_naming_variant(
-            got, expected, runs, _same_first, what="the gradient left in .grad", label=learner.label, context=context
+            got, expected, runs, _same_first, "the gradient left in .grad", learner.label, num_tokens=tokens_in
         )
         value = _as_float(logged)
         if value is None:
-            summary = f"`{learner.name}` returned {type(logged).__name__} for {learner.label}; expected the window's token-mean loss as a Python float (for logging)."
-            raise ExerciseError("type", summary)
+            raise _fail(None, learner, "not-float", type=type(logged).__name__)
         if not math.isclose(value, loss, rel_tol=1e-9, abs_tol=1e-12):
             slip = runs.closest(_same_grad_and_log)
             mistake = slip.name if slip else "logged-loss" if math.isfinite(value) else "empty-micro-batch-nan"
-            summary = (
-                f"`{learner.name}` returned {value:.6g} for {learner.label}; the window's token mean is {loss:.6g}."
-            )
-            raise _fail(mistake, summary)
+            raise _fail(mistake, learner, "logged", value=value, loss=loss)
     passed(
-        "accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss "
-        "right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
+        "accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
     )
 
 
@@ -381,8 +383,7 @@ AMP_SETUPS = (
 SCALER_ERROR_HINTS = {
     "scaler_unscaled_twice": "unscale once per optimizer step, after the LAST micro-batch's backward, right before clipping.",
     "scaler_never_scaled": "backpropagate the scaled loss: scaler.scale(loss).backward().",
-    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs "
-    "gradients that came from scaler.scale(loss).backward().",
+    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs gradients that came from scaler.scale(loss).backward().",
 }
 
 
@@ -430,20 +431,18 @@ def _true_grad_norm(seed: int, input_scale: float) -> float:
 
 def _check_amp_calls(trace: _Trace, calls: list[str], learner: LearnerCall) -> None:
     """fp16 forward, backward outside autocast, one backward per micro-batch, one scaler.step then one update."""
-    head = f"`{learner.name}`"
     if trace.dtypes != {torch.float16}:
         dtypes = ", ".join(sorted(map(str, trace.dtypes))) or "no"
-        mistake = "bf16" if trace.dtypes == {torch.bfloat16} else "no-autocast"
-        raise _fail(mistake, f"{head} ran the forward in {dtypes} dtype for {learner.label}.")
+        raise _fail("bf16" if trace.dtypes == {torch.bfloat16} else "no-autocast", learner, "dtype", dtypes=dtypes)
     if trace.backward_under_autocast:
-        raise _fail("backward-in-autocast", f"{head} called backward inside the autocast region for {learner.label}.")
+        raise _fail("backward-in-autocast", learner)
     trace.check(learner, 3, 3)
     if calls.count("step") > 1:
-        raise _fail("scaler-step-each", f"{head} called scaler.step {calls.count('step')} times for {learner.label}.")
+        raise _fail("scaler-step-each", learner, n=calls.count("step"))
     if "step" in calls and "update" in calls and calls.index("update") < calls.index("step"):
-        raise _fail("update-before-step", f"{head} called scaler.update() before scaler.step for {learner.label}.")
+        raise _fail("update-before-step", learner)
     if calls.count("update") != 1:
-        raise _fail("update-count", f"{head} called scaler.update() {calls.count('update')} times for {learner.label}.")
+        raise _fail("update-count", learner, n=calls.count("update"))
 
 
 def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
@@ -465,19 +464,18 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
         got, scaler, model, steps, trace, calls = runs.learner
         _check_amp_calls(trace, calls, learner)
         if overflow and (not torch.isfinite(got).all() or got.abs().max() > 0):
-            raise _fail("optimizer-step", f"the parameters changed although the gradients overflowed, for {label}.")
+            raise _fail("optimizer-step", learner)
         if not overflow and steps != 1:
-            raise _fail("step-count", f"optimizer.step() ran {steps} times for {label}; expected once.")
+            raise _fail("step-count", learner, n=steps)
         if not overflow:
-            what = dict(what="the parameter update", label=label, context={"accum_steps": 3})
-            _compare_naming_variant(got, runs.reference[0], runs, _same_first, **what)
+            _compare_naming_variant(
+                got, runs.reference[0], runs, _same_first, "the parameter update", label, accum_steps=3
+            )
         if scaler.get_scale() != runs.reference[1].get_scale():
-            summary = f"the scale is {scaler.get_scale():g} after the step, expected {runs.reference[1].get_scale():g} (it halves after an overflow, grows after a good step), for {label}."
-            raise _fail("update-count", summary)
+            raise _fail("update-count", learner, "scale", got=scaler.get_scale(), want=runs.reference[1].get_scale())
         _check_cleared(model, learner)
     passed(
-        "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow "
-        "step, scale updated (clip active and inactive)"
+        "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow step, scale updated (clip active and inactive)"
     )
 
 
@@ -508,8 +506,7 @@ RANK_VARIANTS = _variants(
     _rank_variant, "rank-own-mean rank-count micro-count no-world over-world divide-by-k rank-padding"
 )
 RANK_ERROR_HINTS = {
-    "none_value": "all_reduce works in place, like torch.distributed.all_reduce: it returns None and leaves the sum "
-    "in the tensor you pass.",
+    "none_value": "all_reduce works in place, like torch.distributed.all_reduce: it returns None and leaves the sum in the tensor you pass.",
 }
 
 
@@ -521,7 +518,7 @@ def _run_world(step, index: int):
     sim = tokens.RankWorld(len(world))
     results = sim.run(step, inputs, len(world))
     if len(set(sim.calls)) > 1:
-        raise _fail("all-reduce-skipped", f"the ranks called all_reduce different numbers of times: {sim.calls}.")
+        raise _fail("all-reduce-skipped", None, calls=sim.calls)
     for result in results:
         if isinstance(result, Exception):
             raise result
@@ -545,16 +542,15 @@ def _same_token_grads(got, wrong) -> bool:
 def _check_rank_losses(results, inputs, learner: LearnerCall) -> None:
     for rank, (losses, window) in enumerate(zip(results, inputs)):
         if not isinstance(losses, (list, tuple)) or len(losses) != len(window):
-            summary = f"`{learner.name}` returned {type(losses).__name__} on rank {rank} for {learner.label}; expected a list of {len(window)} losses."
-            raise _fail("not-one-loss-per-micro-batch", summary)
+            raise _fail("not-one-loss-per-micro-batch", learner, type=type(losses).__name__, rank=rank, n=len(window))
         for k, (loss, (_, mask)) in enumerate(zip(losses, window)):
-            where = f"the loss of micro-batch {k} on rank {rank} ({int(mask.sum())} counted tokens) for {learner.label}"
+            fail = functools.partial(_fail, learner=learner, k=k, rank=rank, n=int(mask.sum()))
             if isinstance(loss, torch.Tensor) and loss.dim() > 0:
-                raise _fail("not-a-scalar", f"{where} has shape {tuple(loss.shape)}; a loss is a 0-dim tensor.")
+                raise fail("not-a-scalar", shape=tuple(loss.shape))
             if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                raise _fail("no-graph", f"{where} is a {type(loss).__name__} without a graph.")
+                raise fail("no-graph", type=type(loss).__name__)
             if not torch.isfinite(loss.detach()):
-                raise _fail("empty-nan", f"{where} is {float(loss.detach())}.")
+                raise fail("empty-nan", value=float(loss.detach()))
 
 
 def check_rank_window_losses(rank_window_losses: Callable) -> None:
@@ -578,15 +574,8 @@ def check_rank_window_losses(rank_window_losses: Callable) -> None:
         expected = parameters_to_vector(mask.double() / total for rank in fresh for _, mask in rank)
         what = "DDP's average gradient with respect to each token's loss"
         _compare_naming_variant(
-            _token_grads(results, inputs),
-            expected,
-            runs,
-            _same_token_grads,
-            what=what,
-            label=label,
-            context={"num_tokens": total},
+            _token_grads(results, inputs), expected, runs, _same_token_grads, what, label, num_tokens=total
         )
     passed(
-        "rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient "
-        "(2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"
+        "rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient (2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"
     )
