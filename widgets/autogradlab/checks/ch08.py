@@ -97,8 +97,7 @@ SCALE_OFF_LIMITS = OffLimits(
         Routine(torch.amp.GradScaler, "update", "GradScaler.update"),
     ),
     course=("autogradlab.models.loss_scale",),
-    why="write the rule yourself: a GradScaler (or autogradlab.models.loss_scale) would replay it for you. "
-    "A loop and two numbers are enough.",
+    why="write the rule yourself: a GradScaler (or autogradlab.models.loss_scale) would replay it for you. A loop and two numbers are enough.",
 )
 
 
@@ -236,18 +235,13 @@ def _run_two(step: Callable, case) -> dict:
     max_norms = [
         r * float(parameters_to_vector(p.grad for p in model[i].parameters()).norm()) for r, i in zip(ratios, (0, 2))
     ]
-    record = {key: [] for key in ("forward", "scales", "params", "losses", "steps", "problems")}
-    record["backward_in_autocast"] = False
+    record = {key: [] for key in ("forward", "backward", "scales", "params", "losses", "steps", "problems")}
     model.register_forward_pre_hook(
         lambda *_: record["forward"].append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
     )
     inject = [False]
-
-    def backward_hook(grad):
-        record["backward_in_autocast"] |= torch.is_autocast_enabled("cpu")
-
-    for p in model.parameters():
-        p.register_hook(backward_hook)
+    for p in model.parameters():  # backward's autocast state, seen from each parameter's gradient
+        p.register_hook(lambda grad: record["backward"].append(torch.is_autocast_enabled("cpu")))
     model[2].weight.register_hook(lambda grad: torch.full_like(grad, math.inf) if inject[0] else grad)
     for i, optimizer in enumerate(optimizers):
         optimizer.register_step_post_hook(
@@ -305,21 +299,16 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         learner = LearnerCall(two_optimizer_step, "two_optimizer_step", label=label)
         runs = run_variants(functools.partial(_run_two, case=case), learner, reference_two_optimizer_step, TWO_VARIANTS)
         ref, got, head = runs.reference, runs.learner, f"`two_optimizer_step` for {label}"
-        used = {d for enabled, d in got["forward"] if enabled}
-        if not got["forward"]:
-            raise named("no-forward", f"{head} never called the model.", TWO_HINTS)
-        if len(used) != 1 or len(got["forward"]) > sum(enabled for enabled, _ in got["forward"]):
-            raise named("no-autocast", f"{head} ran the forward pass outside autocast.", TWO_HINTS)
-        if used != {dtype}:
-            raise named(
-                "always-fp16", f"{head} ran autocast in {used.pop()}, but the step asked for {dtype}.", TWO_HINTS
-            )
-        if got["backward_in_autocast"]:
-            raise named("backward-in-autocast", f"{head} ran backward inside the autocast region.", TWO_HINTS)
-        if got["problems"]:
-            raise named(
-                got["problems"][0], f"{head} changed something the caller passed besides the update.", TWO_HINTS
-            )
+        used = {d if enabled else None for enabled, d in got["forward"]}  # None: a forward outside autocast
+        contract = (  # (mistake, whether the step made it, what it did)
+            ("no-forward", not used, "{head} never called the model."),
+            ("no-autocast", len(used) > 1 or None in used, "{head} ran the forward pass outside autocast."),
+            ("always-fp16", used != {dtype}, "{head} ran autocast in {used}, but the step asked for {dtype}."),
+            ("backward-in-autocast", any(got["backward"]), "{head} ran backward inside the autocast region."),
+            *((p, True, "{head} changed something the caller passed besides the update.") for p in got["problems"]),
+        )
+        for mistake, summary in ((m, said) for m, happened, said in contract if happened):
+            raise named(mistake, summary.format(head=head, used=", ".join(map(str, used)), dtype=dtype), TWO_HINTS)
         if any(not isinstance(loss, float) for loss in got["losses"]):
             kinds = ", ".join(sorted({type(loss).__name__ for loss in got["losses"]}))
             raise ExerciseError(
@@ -465,11 +454,3 @@ def check_adam_first_update(adam_first_update) -> None:
         mistakes=consistent or ADAM_MISTAKES,
         off_limits=ADAM_OFF_LIMITS,
     )
-
-
-__all__ = [
-    "check_adam_first_update",
-    "check_loss_scale_after",
-    "check_two_optimizer_step",
-    "reference_two_optimizer_step",
-]
