@@ -116,6 +116,12 @@ def _names(value: Any, variable: str) -> set[str]:
     return set(value)
 
 
+_MEASURE_HINTS = {
+    "no_grad_1": "measure it: read every parameter's .grad after one call of the step.",
+    "overwritten_1": "measure it: remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare it with its value when the step returns.",
+}
+
+
 def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
     """Check the measurements of case 1 against the checker's own, then show the doctor's view of the case.
 
@@ -129,25 +135,15 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
     case = LearnerCall(case_1, "case_1", frozen_inputs=False)
     want_no_grad, want_overwritten = _measure_case(case)
     if not want_no_grad and not want_overwritten:
-        raise ExerciseError(
-            "contract", "`case_1` no longer shows the symptom: run its cell again as the chapter gives it."
-        )
-    tools = {
-        "no_grad_1": (no_grad, want_no_grad, "read every parameter's .grad after one call of the step"),
-        "overwritten_1": (
-            overwritten,
-            want_overwritten,
-            "remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare it with its value when the step returns",
-        ),
-    }
-    for variable, (got, want, how) in tools.items():
+        summary = "`case_1` no longer shows the symptom: run its cell again as the chapter gives it."
+        raise ExerciseError("contract", summary)
+    for variable, got, want in (("no_grad_1", no_grad, want_no_grad), ("overwritten_1", overwritten, want_overwritten)):
         got = _names(got, variable)
         if got != want:
             summary = f"`{variable}` does not match what the checker measures on a fresh case_1 ({len(got)} name(s) given, {len(want)} measured)."
-            raise ExerciseError("value", summary, hint=f"measure it: {how}.", mistake=f"{variable}-wrong")
+            raise ExerciseError("value", summary, hint=_MEASURE_HINTS[variable], mistake=f"{variable}-wrong")
     passed(
-        f"your measurements match: no gradient for {sorted(want_no_grad)}, overwritten after the step: "
-        f"{sorted(want_overwritten)}. The doctor's view of case_1, as confirmation:"
+        f"your measurements match: no gradient for {sorted(want_no_grad)}, overwritten after the step: {sorted(want_overwritten)}. The doctor's view of case_1, as confirmation:"
     )
     step, model, optimizer = case()
     return diagnose(step, model, optimizer, batches_of(*stripes(96, seed=0), 32))
@@ -244,9 +240,8 @@ def check_repaired_convnet(cls) -> None:
         wrong[NO_SQUEEZE] = expected.detach().unsqueeze(1)
         compare(got, expected.detach(), what=f"`{name}` logits", label=label, mistakes=wrong)
         if len(captured) != 1:
-            raise ExerciseError(
-                "contract", f"`{name}.forward` should run self.features once per call; it ran {len(captured)} times."
-            )
+            summary = f"`{name}.forward` should run self.features once per call; it ran {len(captured)} times."
+            raise ExerciseError("contract", summary)
         params = list(model.parameters())
         try:
             loss = F.binary_cross_entropy_with_logits(out, y)
@@ -269,8 +264,7 @@ def check_repaired_convnet(cls) -> None:
     _doctor_silent(step, model, optimizer, data[:3], {}, scaler=scaler)
     first, last = _loss_falls([float(step(b)) for b in data[3:] + data[:6]], name)
     passed(
-        f"{name}: same logits and gradients as the reference on {len(cases)} inputs, a snapshot in "
-        f"self.logged; doctor silent; loss {first:.3f} → {last:.3f}"
+        f"{name}: same logits and gradients as the reference on {len(cases)} inputs, a snapshot in self.logged; doctor silent; loss {first:.3f} → {last:.3f}"
     )
 
 
@@ -322,8 +316,7 @@ def _amp_variant(slip: str):
 AMP_VARIANTS = variants(_amp_variant, AMP_SLIP_HINTS)
 
 AMP_HINTS = {  # by the doctor's code
-    "clip-before-unscale": "clip the true gradients: scaler.unscale_(optimizer) first, then clip_grad_norm_ "
-    "(chapter 08, clipping under a GradScaler).",
+    "clip-before-unscale": "clip the true gradients: scaler.unscale_(optimizer) first, then clip_grad_norm_ (chapter 08, clipping under a GradScaler).",
     "data-bypass": "clamp the parameter itself under torch.no_grad() (p.clamp_(...)), not through p.data.",
     "update-undone": f"the clamp after the step puts the head back where it was: is the bound {HEAD_LIMIT:g}?",
     "grad-not-cleared": "call optimizer.zero_grad() at the start of the step.",
@@ -413,9 +406,8 @@ def check_amp_step(amp_step) -> None:
             return {k: p.detach().clone() for k, p in model.named_parameters()}
 
         runs = run_variants(run, learner.on(f"6 steps (seed {seed})"), reference_amp_step, AMP_VARIANTS)
-        if not all(close(runs.learner[k], v, after_steps=True) for k, v in runs.reference.items()):
-            slip = runs.closest(lambda got, want: all(close(got[k], v, after_steps=True) for k, v in want.items()))
-            if slip is not None:
+        if not _same_params(runs.learner, runs.reference):
+            if slip := runs.closest(_same_params):
                 summary = f"the parameters after 6 steps (seed {seed}) with `{name}` differ from the reference."
                 raise ExerciseError("value", summary, hint=slip.hint, mistake=slip.name)
             for key, value in runs.reference.items():
@@ -432,38 +424,33 @@ def check_amp_step(amp_step) -> None:
     if worst > HEAD_LIMIT + 1e-6:
         raise named("no-clamp", f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}.", AMP_CONTRACT_HINTS)
     passed(
-        f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients "
-        f"present before the first), {ran} real updates of 10 counted right, loss {first:.3f} → {last:.3f}"
+        f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients present before the first), {ran} real updates of 10 counted right, loss {first:.3f} → {last:.3f}"
     )
+
+
+def _same_params(got: dict, want: dict) -> bool:
+    return all(close(got[k], v, after_steps=True) for k, v in want.items())
 
 
 # --------------------------------------------------------------------------- exercise 3: what the optimizer misses
 
 
 LEAF_ERROR_HINTS = {  # by the kind of error the learner's walk raised (autogradlab.tracebacks.ERROR_KINDS)
-    "recursion": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes "
-    "deep: walk with a stack (a list you push next_functions onto) and a loop.",
+    "recursion": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes deep: walk with a stack (a list you push next_functions onto) and a loop.",
     "none_value": "next_functions holds (None, 0) for an input that needs no gradient (a constant factor): skip those.",
-    "ambiguous_bool": "`t in list_of_tensors` compares values element by element; compare identities instead, "
-    "e.g. a set of id(p) for p in model.parameters().",
-    "size_mismatch": "`t in list_of_tensors` compares values element by element (and fails on different shapes); "
-    "compare identities instead, e.g. a set of id(p) for p in model.parameters().",
+    "ambiguous_bool": "`t in list_of_tensors` compares values element by element; compare identities instead, e.g. a set of id(p) for p in model.parameters().",
+    "size_mismatch": "`t in list_of_tensors` compares values element by element (and fails on different shapes); compare identities instead, e.g. a set of id(p) for p in model.parameters().",
 }
 
 
 LEAF_MISTAKES = {  # the slips of a returned list, by mistake id
     "names": "return the tensors themselves (AccumulateGrad nodes hold them in `.variable`), not their names.",
-    "duplicates": "a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a set "
-    "of the nodes (or tensors) you have seen.",
+    "duplicates": "a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a set of the nodes (or tensors) you have seen.",
     "registered": "those are the ones the optimizer does see; leave them out.",
-    "not-in-graph": "a tensor kept in the model but never used by the forward is not in the loss's graph, so backward "
-    "gives it nothing: walk the graph from loss.grad_fn, not the model's attributes.",
+    "not-in-graph": "a tensor kept in the model but never used by the forward is not in the loss's graph, so backward gives it nothing: walk the graph from loss.grad_fn, not the model's attributes.",
     "no-grad-tensor": "a tensor that does not require grad is no leaf of the graph and gets no gradient.",
-    "missed": "every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a list or "
-    "dict of the model, or outside it (an input that requires grad); follow every next_functions entry, skipping the "
-    "(None, 0) ones.",
-    "no-visited-set": "your walk visits a node once per path to it, and h = h * w + h doubles the paths at every step: "
-    "keep a set of the nodes you have seen and skip them.",
+    "missed": "every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a list or dict of the model, or outside it (an input that requires grad); follow every next_functions entry, skipping the (None, 0) ones.",
+    "no-visited-set": "your walk visits a node once per path to it, and h = h * w + h doubles the paths at every step: keep a set of the nodes you have seen and skip them.",
 }
 
 
@@ -491,8 +478,7 @@ def check_untrained_leaves(untrained_leaves) -> None:
     off_limits = replace(
         BY_HAND,
         course=("autogradlab.models.doctor", "autogradlab.graph"),
-        why="walk loss.grad_fn yourself (chapter 01): backward, the doctor's graph walk and capture() are the "
-        "course's answer.",
+        why="walk loss.grad_fn yourself (chapter 01): backward, the doctor's graph walk and capture() are the course's answer.",
     )
     cases = leaf_cases()
     for label, build in cases:
@@ -531,6 +517,5 @@ def check_untrained_leaves(untrained_leaves) -> None:
             )
             raise ExerciseError(kind, summary, hint=LEAF_MISTAKES.get(slip), mistake=slip if slip != "type" else None)
     passed(
-        f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an input, a graph "
-        "after backward, 3,000 ops deep, 2^30 paths), walked by hand"
+        f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an input, a graph after backward, 3,000 ops deep, 2^30 paths), walked by hand"
     )
