@@ -146,24 +146,19 @@ STEP_HINTS = {
 NO_GRAPH_HINT = "the forward pass ran without autograd (under torch.no_grad() or inference_mode, or the loss was detached), so backward has no graph. Only the logging may be outside autograd."
 
 
-def _step_error(summary: str, mistake: str, kind: str = "value", hint: str | None = None) -> ExerciseError:
-    return ExerciseError(
-        kind, summary, hint=hint or STEP_HINTS.get(mistake) or TRAIN_STEP_MISTAKES[mistake], mistake=mistake
-    )
+def _step_error(summary: str, mistake: str, kind: str = "value") -> ExerciseError:
+    return ExerciseError(kind, summary, hint=STEP_HINTS.get(mistake) or TRAIN_STEP_MISTAKES[mistake], mistake=mistake)
 
 
 def _number(value, what: str, label: str) -> float:
     if isinstance(value, torch.Tensor) and (value.grad_fn is not None or value.requires_grad):
-        raise _step_error(
-            f"`train_step` returned {what} with its autograd graph for {label}.", "graph-returned", "contract"
-        )
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        summary = f"`train_step` returned {what} with its autograd graph for {label}."
+        raise _step_error(summary, "graph-returned", "contract")
+    number = isinstance(value, (float, int)) and not isinstance(value, bool)
+    if number or isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value)
-    if isinstance(value, (float, int)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(
-        "type", f"{what} should be a Python float or a 0-dim tensor, got {type(value).__name__} for {label}."
-    )
+    summary = f"{what} should be a Python float or a 0-dim tensor, got {type(value).__name__} for {label}."
+    raise ExerciseError("type", summary)
 
 
 def _ratio_slips(seed: int, max_norm: float, step: int) -> dict[str, float]:
@@ -234,8 +229,7 @@ def check_train_step(train_step: Callable) -> None:
                 )
             _check_numbers(returned, expected, label, seed, max_norm, i)
     passed(
-        "train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) "
-        "and reports loss, grad_norm and update_ratio"
+        "train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) and reports loss, grad_norm and update_ratio"
     )
 
 
@@ -314,17 +308,6 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
 # --------------------------------------------------------------------------- exercise 3: evaluate
 
 
-class _RecordingLoss:
-    """MSE (batch mean) that records whether autograd was recording when it was called."""
-
-    def __init__(self):
-        self.grad_enabled = []
-
-    def __call__(self, outputs, targets):
-        self.grad_enabled.append(torch.is_grad_enabled() and outputs.requires_grad)
-        return torch.nn.functional.mse_loss(outputs, targets)
-
-
 def _in_eval(model, fn):
     """``fn()`` with every module in eval mode and no graph; each module's mode restored after."""
     modes = {m: m.training for m in model.modules()}
@@ -359,10 +342,10 @@ EVAL_HINTS = {
 }
 
 
-def _evaluate_problem(got, model, batches, kept, state, modes, loss_fn, recorded, how) -> tuple[str, str] | None:
+def _evaluate_problem(got, model, batches, kept, state, modes, recorded, how) -> tuple[str, str] | None:
     """(mistake, what is wrong) after the learner's evaluate, or None."""
     bn = model[1]
-    if any(loss_fn.grad_enabled) or any(recorded):
+    if any(recorded):
         return "graph", "`evaluate` built autograd graphs"
     if any(not (torch.equal(x, kx) and torch.equal(y, ky)) for (x, y), (kx, ky) in zip(batches, kept)):
         return "batch-changed", "`evaluate` changed the caller's batches"
@@ -399,21 +382,24 @@ def check_evaluate(evaluate: Callable) -> None:
         if how == "mixed":
             model[1].eval()
         modes, state = [m.training for m in model.modules()], copy.deepcopy(model.state_dict())
-        kept, loss_fn = [(x.clone(), y.clone()) for x, y in batches], _RecordingLoss()
+        kept, recorded = [(x.clone(), y.clone()) for x, y in batches], []  # recorded: was autograd recording?
         label = f"a Linear-BatchNorm-ReLU-Dropout-Linear model {described}, batches of 5, 3, 7"
-        recorded = []  # whether the first layer's output was part of a graph, on each call
+
+        def loss_fn(outputs, targets, log=recorded):  # an MSE (batch mean) that watches
+            log.append(torch.is_grad_enabled() and outputs.requires_grad)
+            return torch.nn.functional.mse_loss(outputs, targets)
+
         hook = model[0].register_forward_hook(lambda module, args, out, log=recorded: log.append(out.requires_grad))
         with torch.random.fork_rng(devices=[]), hook:
             torch.manual_seed(7)
             got = learner.on(label)(model, batches, loss_fn)
-        problem = _evaluate_problem(got, model, batches, kept, state, modes, loss_fn, recorded, how)
+        problem = _evaluate_problem(got, model, batches, kept, state, modes, recorded, how)
         if problem is not None:
             mistake, summary = problem
             kind = "value" if mistake in ("mean-of-means", "value") else "type" if mistake == "tensor" else "contract"
             raise ExerciseError(kind, f"{summary} for {label}.", hint=EVAL_HINTS[mistake], mistake=mistake)
     passed(
-        "evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) "
-        f"in {len(EVAL_SETUPS)} set-ups"
+        f"evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) in {len(EVAL_SETUPS)} set-ups"
     )
 
 
@@ -459,15 +445,11 @@ def _restored_wrong(fresh, at_save: dict) -> str | None:
     """Which part of the checkpoint the freshly loaded objects do not hold (a RESUME_HINTS key), or None."""
     model, optimizer, scheduler, loader = fresh
     params = _flat(model)
-    first = next(model.parameters())
+    moments = zip(_optimizer_tensors(optimizer), at_save["optimizer"])
     checks = (
         ("live-references", torch.equal(params, at_save["end"])),
         ("model", not torch.equal(params, at_save["params"])),
-        (
-            "optimizer",
-            first not in optimizer.state
-            or not all(torch.equal(a, b) for a, b in zip(_optimizer_tensors(optimizer), at_save["optimizer"])),
-        ),
+        ("optimizer", next(model.parameters()) not in optimizer.state or not all(torch.equal(*m) for m in moments)),
         ("scheduler", scheduler.get_last_lr()[0] != at_save["lr"]),
         ("rng", not torch.equal(torch.get_rng_state(), at_save["rng"])),
         ("loader", not torch.equal(loader.generator.get_state(), at_save["loader"])),
@@ -514,16 +496,12 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
                 if torch.equal(_flat(fresh[0]), expected):
                     continue
             diff = float((_flat(fresh[0]) - expected).abs().max())
-            again = attempt.startswith("second")
-            mistake = "shared-checkpoint" if again else (part or "not-exact")
-            why = (
-                f": the {part} part is not as it was at the checkpoint."
-                if part
-                else f" (max |Δparameter| = {diff:.3g} after 2 more epochs)."
-            )
-            summary = f"after load_state ({attempt}) the run is not bit-exact{why}"
-            if again:
+            summary = f"after load_state ({attempt}) the run is not bit-exact (max |Δparameter| = {diff:.3g} after 2 more epochs)."
+            if part:
+                summary = f"after load_state ({attempt}) the run is not bit-exact: the {part} part is not as it was at the checkpoint."
+            if attempt.startswith("second"):
                 summary = f"the first resume was bit-exact, but loading the same checkpoint again restored other {part or 'state'}: training after the first resume changed the checkpoint."
+            mistake = "shared-checkpoint" if attempt.startswith("second") else (part or "not-exact")
             raise ExerciseError("value", summary, hint=RESUME_HINTS[mistake], mistake=mistake)
     passed(
         "both resumes from your checkpoint are bit-exact with uninterrupted training (model, AdamW, StepLR, RNG, loader order)"
