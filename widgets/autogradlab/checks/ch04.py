@@ -127,8 +127,7 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
             "value", summary, detail=detail, hint=found.hint if found else hint, mistake=mistake, measured=measured
         )
     passed(
-        f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs "
-        "(ReLU, tanh, GELU), storage by storage"
+        f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs (ReLU, tanh, GELU), storage by storage"
     )
 
 
@@ -261,14 +260,12 @@ def check_inplace_chain(chain_inplace) -> None:
             out = learner.on(label)(h)
         if version(h) != h_version or not torch.equal(h.detach(), h_before):
             hint = "start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves its input, so autograd clones the input before overwriting it.)"
-            raise ExerciseError(
-                "changed-input", f"`chain_inplace` changed its argument h in place for {label}.", hint=hint
-            )
+            summary = f"`chain_inplace` changed its argument h in place for {label}."
+            raise ExerciseError("changed-input", summary, hint=hint)
         compare(out, chain(x.detach()), what="`chain_inplace`", label=label)
         if aliases.used:
-            raise named(
-                aliases.used[0], f"`chain_inplace` used `{aliases.used[0]}` for {label}.", ALIAS_HINTS, "off-limits"
-            )
+            used = aliases.used[0]
+            raise named(used, f"`chain_inplace` used `{used}` for {label}.", ALIAS_HINTS, "off-limits")
         try:
             (grad,) = torch.autograd.grad(out.sum(), x)
         except RuntimeError as exc:
@@ -282,8 +279,7 @@ def check_inplace_chain(chain_inplace) -> None:
             raise error
     in_place = [n for n, ok in inplace_saves_memory().items() if ok]
     passed(
-        f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), "
-        "the fewest backward allows"
+        f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), the fewest backward allows"
     )
 
 
@@ -392,6 +388,5 @@ def check_ema(init_ema, ema_update_) -> None:
             kind = "value" if mistake in ("values", "decay-swapped", "updated-a-copy", "formula") else "contract"
             raise named(mistake, f"{summary} ({label})", EMA_HINTS, kind)
     passed(
-        "init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, "
-        "leaving the model alone"
+        "init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone"
     )
