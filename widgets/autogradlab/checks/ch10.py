@@ -132,8 +132,7 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
             wrong = {m: m.compute(copy.deepcopy(model), F.cross_entropy, (x, y), 60, 2e-2) for m in OVERFIT_MISTAKES}
             compare(torch.tensor(got), expected, what=f"the losses of `{name}`", label=label, mistakes=wrong)
     passed(
-        f"{name}: the reference losses on {len(cases)} batches (caller's model in eval and in train mode, "
-        f"left untouched); the healthy model reaches loss {float(expected[-1]):.2g} on one batch"
+        f"{name}: the reference losses on {len(cases)} batches (caller's model in eval and in train mode, left untouched); the healthy model reaches loss {float(expected[-1]):.2g} on one batch"
     )
 
 
@@ -213,8 +212,7 @@ def check_batch_dependencies(batch_dependencies) -> None:
         compare(got, expected, what=f"`{name}`", label=label, mistakes=wrong, check_dtype=False)
         mixing += int(bool((expected - torch.diag(expected.diag())).abs().max() > 1e-6))
     passed(
-        f"{name}: exact dependency norms on {len(_DEPENDENCY_CASES)} models ({mixing} mix examples, "
-        f"{len(_DEPENDENCY_CASES) - mixing} do not); model, parameters' .grad and x left as they were"
+        f"{name}: exact dependency norms on {len(_DEPENDENCY_CASES)} models ({mixing} mix examples, {len(_DEPENDENCY_CASES) - mixing} do not); model, parameters' .grad and x left as they were"
     )
 
 
@@ -323,6 +321,8 @@ _OUTSIDE_HINTS = {  # mistake id: hint, for a change where the shipped script an
     "smaller-gradients": "clipping or rescaling the loss changes their size, not their direction: if you added either to move the loss, that chases the symptom.",
 }
 _OUTSIDE_HINTS["larger-gradients"] = _OUTSIDE_HINTS["smaller-gradients"]
+_SETTINGS = {what: ("optimizer", "changed-elsewhere") for what in ("optimizer", "groups")}  # setting -> (mistake, kind)
+_SETTINGS |= {what: ("loss-scale", "symptom-chasing") for what in ("loss scale", "scaler")}
 
 
 def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> ExerciseError | None:
@@ -337,13 +337,8 @@ def _outside(got: Recording, ref: Recording, orig: Recording, name: str) -> Exer
     if got.first_output is None or not close(got.first_output, ref.first_output):
         summary = f"The model in `{name}` computes something else than the shipped one from the same parameters on the same batch."
         return named("model", summary, _OUTSIDE_HINTS, "changed-elsewhere")
-    for what in ("optimizer", "groups", "loss scale", "scaler"):
+    for what, (mistake, kind) in _SETTINGS.items():
         if got.settings.get(what) != ref.settings.get(what) and orig.settings.get(what) == ref.settings.get(what):
-            mistake, kind = (
-                ("loss-scale", "symptom-chasing")
-                if what in ("loss scale", "scaler")
-                else ("optimizer", "changed-elsewhere")
-            )
             summary = f"`{name}` changed the {what}: {got.settings.get(what)} instead of {ref.settings.get(what)}."
             return named(mistake, summary, _OUTSIDE_HINTS, kind)
     k = first_difference(got.lrs, ref.lrs, got.complete)
@@ -435,23 +430,10 @@ def check_fix(number: int, script: Any) -> None:
         raise _with_ladder(error, number, progress) from None
     progress.solved = True
     passed(
-        f"mystery {number}: `{path.name}` behaves like the healthy script on 2 seeds (the same gradients in the first "
-        "steps, the same losses); the data, the model's start, the optimizer and its learning rates are as shipped"
+        f"mystery {number}: `{path.name}` behaves like the healthy script on 2 seeds (the same gradients in the first steps, the same losses); the data, the model's start, the optimizer and its learning rates are as shipped"
     )
 
 
 def check_mystery_1(script) -> None:
     """Check the repaired ``debug_lab/mystery_1.py`` (see :func:`check_fix`)."""
     check_fix(1, script)
-
-
-__all__ = [
-    "LAB",
-    "check_batch_dependencies",
-    "check_fix",
-    "check_mystery_1",
-    "check_overfit_one_batch",
-    "debrief",
-    "doctor_view",
-    "note",
-]
