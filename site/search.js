@@ -1,6 +1,8 @@
 // The site's search: every section of every chapter (assets/search-index.js, written by site/build.py),
 // searched here in the browser. A section matches when it holds every word typed (title or text);
-// title hits rank first. No server, no network: works from a static host or a local folder.
+// title hits rank first. No server, no network: works from a static host or a local folder. Each edition's
+// pages load their own index (search-index.js, search-index-zh.js) and say "nothing found" in their language
+// (the results box's data-none, "{q}" standing for the query).
 (function () {
   const input = document.getElementById("agl-search");
   const box = document.getElementById("agl-results");
@@ -36,7 +38,7 @@
     box.innerHTML = found.length
       ? found.map((s) => `<a class="agl-result" role="option" href="${s.page}#${escape(s.id)}">` +
           `<b>${escape(s.title)}</b> <small>${escape(s.chapter)}</small><br><span>${snippet(s.text, s.words[0])}</span></a>`).join("")
-      : `<span class="agl-none">No section holds every word of “${escape(input.value.trim())}”.</span>`;
+      : `<span class="agl-none">${escape(box.dataset.none || "").replace("{q}", escape(input.value.trim()))}</span>`;
   }
 
   input.addEventListener("input", show);

@@ -4,6 +4,10 @@ nbgrader lives in .venv-grader (made by `make test`), so its menus never appear 
 learners' JupyterLab. A correct submission must score full marks, an untouched one zero,
 and nbgrader's student version must match our chapters/ cell for cell.
 
+The Chinese edition (``lang="zh"``): the source is written by `python -m autogradlab.release
+--nbgrader-source DIR --lang zh NN_topic` (docs/instructors.md), the solution with its prose translated and
+the zh setup cell; nbgrader's student version must have chapters-zh/'s code, setup cell included.
+
 The tests are test_nbgrader_part1.py to test_nbgrader_part3.py: three modules of about
 100 s each, so that `make test` (pytest-xdist, --dist loadfile) can spread them over its workers.
 """
@@ -51,13 +55,21 @@ def nbgrader(course: Path, *args: str) -> str:
     return run.stdout + run.stderr
 
 
-def code_sources(path: Path) -> list[str]:
-    """Code cells, without the launch setup cell the release adds to chapters (nbgrader's copy has none)."""
+def code_sources(path: Path, setup: bool = False) -> list[str]:
+    """Code cells; without the launch setup cell the release adds to chapters unless ``setup`` (an English
+    nbgrader copy has none; a zh one has the zh chapters' setup cell, which selects the language)."""
     return [
         c.source.strip()
         for c in nbformat.read(path, as_version=4).cells
-        if c.cell_type == "code" and "course-setup" not in c.metadata.get("tags", [])
+        if c.cell_type == "code" and (setup or "course-setup" not in c.metadata.get("tags", []))
     ]
+
+
+def zh_source(solution: Path, folder: Path) -> Path:
+    """The zh edition's nbgrader source of ``solution`` in ``folder``, by the command the instructor guide gives."""
+    command = [sys.executable, "-m", "autogradlab.release", "--root", str(ROOT), "--nbgrader-source", str(folder)]
+    subprocess.run([*command, "--lang", "zh", solution.stem], check=True, capture_output=True, text=True)
+    return folder / solution.stem / solution.name
 
 
 def without_first_check_cell(solution: Path, to: Path) -> None:
@@ -68,20 +80,25 @@ def without_first_check_cell(solution: Path, to: Path) -> None:
     nbformat.write(nb, to)
 
 
-def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = False) -> None:
+def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = False, lang: str = "en") -> None:
     """Generate the student version of `solution`, autograde it and the solution, and check the scores.
 
     With ``deleted_check_cell``, a third student (carol) hands in the solution without its first check
-    cell: add_missing_cells puts it back and she scores full marks too.
+    cell: add_missing_cells puts it back and she scores full marks too. With ``lang="zh"``, all of it on
+    the Chinese edition's source.
     """
     course, assignment = tmp_path / "course", solution.stem
     (course / "source" / assignment).mkdir(parents=True)
     (course / "nbgrader_config.py").write_text(CONFIG)
-    shutil.copy(solution, course / "source" / assignment)
+    if lang == "zh":
+        solution = zh_source(solution, course / "source")
+    else:
+        shutil.copy(solution, course / "source" / assignment)
     nbgrader(course, "generate_assignment", assignment, "--force")
     released = course / "release" / assignment / solution.name
-    assert code_sources(released) == code_sources(ROOT / "chapters" / solution.name), (
-        "nbgrader's student version differs from chapters/"
+    chapters = ROOT / ("chapters" if lang == "en" else "chapters-zh")
+    assert code_sources(released, lang != "en") == code_sources(chapters / solution.name, lang != "en"), (
+        f"nbgrader's student version differs from {chapters.name}/"
     )
 
     students = {"alice": solution, "bob": released}
@@ -111,6 +128,6 @@ def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = 
         assert scores["carol"][0] == max_score, f"the deleted check cell should be put back and pass: {scores}"
         assert "Missing grade cell" in log
     print(
-        f"nbgrader {assignment}: solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
+        f"nbgrader {assignment} ({lang}): solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
         file=sys.stderr,
     )

@@ -1,9 +1,10 @@
 """Browser tests: every notebook runs, and every view answers real input, in a real JupyterLab in headless Chromium.
 
-For each chapter (what learners open): open it, Run All, wait until every
-code cell has run, save, then check that widgets really rendered (no "Error
+For each chapter (what learners open), and one chapter of the Chinese edition (chapters-zh/): open it,
+Run All, wait until every code cell has run, save, then check that widgets really rendered (no "Error
 displaying widget", no widget shown as its plain-text repr) and that only cells
-tagged ``raises-exception`` (the exercises and their checks in chapters/) raised.
+tagged ``raises-exception`` (the exercises and their checks) raised; for the Chinese chapter, that its
+text is drawn in Chinese glyphs and the checks speak Chinese.
 A screenshot per notebook is written to test-artifacts/browser/.
 
 For each view (one notebook with all six): screenshots at 1400×1000 and 1280×720
@@ -36,12 +37,21 @@ from pathlib import Path
 import nbformat
 import pytest
 from chromium import chromium_context, jupyterlab, missing, shut_down_kernels, wait_kernel_idle, write_settings
+from cjk import CJK, DRAWN, NO_FONT
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 # What learners open: the chapters. (The solutions' outputs are checked by nbval; the chapters'
 # widgets and cells are the same code, so one browser run per chapter proves what both would.)
+# The Chinese edition's chapters have the English code (tests/test_zh_chapters.py asserts it, and runs
+# the chapters whose Chinese text the package writes); here one of them, with a view and two exercises,
+# proves that in JupyterLab its widgets render, its Chinese text is drawn in real glyphs, the package
+# speaks Chinese (the setup cell sets AUTOGRADLAB_LANG=zh) and only its exercise cells raise.
+EDITIONS = ("chapters", "chapters-zh")
+ZH_NOTEBOOKS = ["chapters-zh/00_welcome.ipynb"]
 NOTEBOOKS = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))]
+NOTEBOOKS += ZH_NOTEBOOKS
+PACKAGE_CATALOG = ROOT / "widgets" / "autogradlab" / "locale" / "zh" / "LC_MESSAGES" / "autogradlab.mo"
 RUN_TIMEOUT_S = 180
 
 MISSING = missing()
@@ -54,7 +64,8 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"browser test skipp
 def lab(tmp_path_factory):
     """A JupyterLab server on a free loopback port, serving a copy of the notebooks."""
     root = tmp_path_factory.mktemp("lab-root")
-    shutil.copytree(ROOT / "chapters", root / "chapters")
+    for edition in EDITIONS:
+        shutil.copytree(ROOT / edition, root / edition)
     settings = tmp_path_factory.mktemp("lab-settings")
     write_settings(settings)
     with jupyterlab(root, settings) as base:
@@ -119,7 +130,8 @@ def test_browser_runs_notebook(notebook, lab, page):
 
     saved = _save_and_read(page, root / notebook)
     assert not _errors_outside_expected_cells(saved), _errors_outside_expected_cells(saved)
-    if notebook.startswith("chapters/"):  # unsolved exercises: each check fails with a message
+    messages = []
+    if notebook.split("/")[0] in EDITIONS:  # unsolved exercises: each check fails with a message
         previous = None
         for cell in saved.cells:
             if cell.metadata.get("nbgrader", {}).get("grade"):
@@ -129,6 +141,7 @@ def test_browser_runs_notebook(notebook, lab, page):
                 )  # a whole-cell stub defines nothing, so its check can only hit a NameError
                 allowed = (["ExerciseError"], ["NameError"]) if stubbed_value else (["ExerciseError"],)
                 assert names in allowed, f"check cell {cell.source[:60]!r} gave {names}"
+                messages += [o.evalue for o in cell.outputs if o.output_type == "error" and o.ename == "ExerciseError"]
             if cell.cell_type == "code":
                 previous = cell
 
@@ -150,6 +163,9 @@ def test_browser_runs_notebook(notebook, lab, page):
     for text in widget_reprs:
         assert not any(text.strip() in shown for shown in plain_texts), f"widget shown as plain text: {text}"
 
+    if notebook in ZH_NOTEBOOKS:
+        _chinese_rendered(page, messages)
+
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     widget = page.locator(".jp-OutputArea-output .jupyter-widgets").first
     if widget.count():  # the first widget's cell at the top of the window, painted (default windowing)
@@ -158,6 +174,17 @@ def test_browser_runs_notebook(notebook, lab, page):
     page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")
     shut_down_kernels(page)  # one kernel per notebook would otherwise stay alive for the whole run
+
+
+def _chinese_rendered(page, messages: list[str]) -> None:
+    """The chapter's prose is Chinese and drawn in real glyphs; the checks' messages are Chinese once the package is."""
+    _scroll_to_top(page, page.locator(".jp-Notebook .jp-MarkdownCell").first)  # windowing paints it there
+    prose = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown").first
+    prose.wait_for(timeout=10_000)
+    assert CJK.search(prose.inner_text()), "the chapter's first markdown cell has no Chinese text"
+    assert prose.evaluate(DRAWN), NO_FONT
+    if PACKAGE_CATALOG.is_file():  # the package's Chinese messages (autogradlab.i18n)
+        assert messages and all(CJK.search(m) for m in messages), f"a check spoke English: {messages}"
 
 
 # ------------------------------------------------------------------------------------------- views

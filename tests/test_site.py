@@ -2,9 +2,12 @@
 
 Features (site/build.py): a search over every section, a table of contents on every page, Predict answers
 folded (click to reveal), solutions collapsed, every stored view drawn as its saved picture, launch and
-.ipynb download links per page, a build without warnings. In the browser, offline as a reader without a
-network would see it (every request that leaves 127.0.0.1 is refused and fails the test): no console
-errors, every image loaded, math typeset by MathJax with no raw `$$` left and no MathJax error.
+.ipynb download links per page, a build without warnings. The Chinese edition under zh/ has all of these
+too, from chapters-zh/'s prose (`<html lang="zh-CN">`, a Chinese index, its own search index), and every
+page of either edition links to the same chapter in the other. In the browser, offline as a reader without
+a network would see it (every request that leaves 127.0.0.1 is refused and fails the test), every page of
+both editions: no console errors, every image loaded, math typeset by MathJax with no raw `$$` left and no
+MathJax error.
 
 Skips with a reason when .venv-site, Chromium or Playwright is missing, unless REQUIRE_BROWSER=1.
 """
@@ -26,11 +29,15 @@ from pathlib import Path
 import nbformat
 import pytest
 from chromium import chromium_context, missing
+from cjk import CJK, DRAWN, NO_FONT
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 PAGES = [p.stem for p in SOLUTIONS]
+# Each edition: the folder of its pages in the site and the chapters its downloads are.
+EDITIONS = {"en": ("", ROOT / "chapters"), "zh": ("zh/", ROOT / "chapters-zh")}
+ALL_PAGES = [f"{folder}{p}" for folder, _ in EDITIONS.values() for p in PAGES]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -100,58 +107,94 @@ def test_builds_without_warnings(built):
 
 
 def test_an_index_and_a_page_per_chapter_with_launch_and_download_links(site):
-    assert json.loads((site / "pages.json").read_text()) == ["index.html"] + [f"{p}.html" for p in PAGES]
-    index = _page(site, "index")
+    assert json.loads((site / "pages.json").read_text()) == [
+        f"{folder}{p}.html" for folder, _ in EDITIONS.values() for p in ["index", *PAGES]
+    ]
+    for folder, chapters in EDITIONS.values():
+        index = _page(site, f"{folder}index")
+        for name in PAGES:
+            assert f'href="{name}.html"' in index
+            page = _page(site, f"{folder}{name}")
+            for host in ("mybinder.org", "colab.research.google.com", "kaggle.com"):
+                assert host in page, f"{folder}{name}: no launch link to {host}"
+            assert f"{chapters.name}%2F{name}.ipynb" in page, f"{folder}{name}: launch links to another edition"
+            link = re.search(rf'<a [^>]*href="notebooks/{name}.ipynb"[^>]*>', page)
+            assert link and "download" in link.group(0), f"{folder}{name}: no download link"
+            assert (site / folder / "notebooks" / f"{name}.ipynb").read_bytes() == (
+                chapters / f"{name}.ipynb"
+            ).read_bytes()
+            assert not re.search(r"""<(script|link)[^>]+(src|href)=["']https?://""", page), (
+                f"{name}: loads from the web"
+            )
+
+
+def _lang_and_switch(page: str) -> tuple[str, list[str]]:
+    """A page's <html lang> and where its language switch leads."""
+    lang = re.search(r'<html lang="([^"]+)"', page).group(1)
+    return lang, re.findall(r'<a class="agl-lang" href="([^"]+)"', page)
+
+
+def test_every_page_says_its_language_and_links_to_the_same_page_in_the_other_edition(site):
+    for name in ["index", *PAGES]:
+        assert _lang_and_switch(_page(site, name)) == ("en", [f"zh/{name}.html"]), name
+        assert _lang_and_switch(_page(site, f"zh/{name}")) == ("zh-CN", [f"../{name}.html"]), name
+
+
+def test_the_chinese_pages_are_the_chinese_chapters(site):
+    """Each zh page: chapters-zh's title, question and headings, the Chinese labels, no badge line; the index in Chinese."""
+    index = _page(site, "zh/index")
+    assert "<h1>Autograd Lab（中文版）</h1>" in index and "在 <a" in index
     for name in PAGES:
-        assert f'href="{name}.html"' in index
-        page = _page(site, name)
-        for host in ("mybinder.org", "colab.research.google.com", "kaggle.com"):
-            assert host in page, f"{name}: no launch link to {host}"
-        link = re.search(rf'<a [^>]*href="notebooks/{name}.ipynb"[^>]*>', page)
-        assert link and "download" in link.group(0), f"{name}: no download link"
-        assert (site / "notebooks" / f"{name}.ipynb").read_bytes() == (ROOT / "chapters" / f"{name}.ipynb").read_bytes()
-        assert not re.search(r"""<(script|link)[^>]+(src|href)=["']https?://""", page), f"{name}: loads from the web"
+        nb = nbformat.read(ROOT / "chapters-zh" / f"{name}.ipynb", as_version=4)
+        title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
+        question = re.search(r"\*\*本章回答的问题：\*\*\s*\*(.+?)\*", nb.cells[0].source).group(1)
+        page = _page(site, f"zh/{name}")
+        assert f"<title>{html.escape(title)}</title>" in page and html.escape(title) in index, name
+        assert html.escape(question, quote=False) in index, f"{name}: the index lacks the chapter's question"
+        assert "colab-badge.svg" not in page, f"{name}: the release's badge line is on the page"
+        assert "预计用时" in page and "查看" in page and 'placeholder="搜索课程"' in page, name
+        assert "Estimated time" not in page and "The question this chapter answers" not in page, name
 
 
-def test_every_page_has_the_table_of_contents(site):
-    for name, path in zip(PAGES, SOLUTIONS, strict=True):
-        toc = re.search(r'<nav class="agl-toc".*?</nav>', _page(site, name), re.S).group(0)
-        assert all(f'href="{other}.html"' in toc for other in PAGES), f"{name}: a chapter missing from the contents"
-        assert f'href="{name}.html" aria-current=page' in toc
-        sections = len(re.findall(r'<li class="agl-toc-h[23]"><a href="#', toc))
-        assert sections == _stored(path)["sections"], f"{name}: {sections} sections in the contents"
+def _index(site: Path, lang: str = "en") -> list[dict]:
+    name = "search-index.js" if lang == "en" else f"search-index-{lang}.js"
+    return json.loads((site / "assets" / name).read_text().split("=", 1)[1].rstrip().rstrip(";"))
 
 
-def _search(site: Path, query: str) -> list[dict]:
+def _search(site: Path, query: str, lang: str = "en") -> list[dict]:
     """The site's search, as search.js does it: sections holding every word."""
-    index = json.loads((site / "assets" / "search-index.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
     words = query.lower().split()
-    return [s for s in index if all(w in (s["title"] + " " + s["text"]).lower() for w in words)]
+    return [s for s in _index(site, lang) if all(w in (s["title"] + " " + s["text"]).lower() for w in words)]
 
 
 def test_the_search_index_covers_every_chapter_and_finds_a_term(site):
-    index = json.loads((site / "assets" / "search-index.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
-    assert {s["page"] for s in index} == {f"{p}.html" for p in PAGES}
-    for s in index:  # every hit leads to an anchor of its page
-        assert f'id="{s["id"]}"' in _page(site, s["page"][:-5]), s
-    hits = _search(site, "retain_graph")
-    assert any(s["page"].startswith("03_") for s in hits) and len(hits) < len(index) / 3
-    assert _search(site, "GradScaler unscale_")
-    assert not _search(site, "no-such-word-anywhere")
+    for lang, (folder, _) in EDITIONS.items():
+        index = _index(site, lang)
+        assert {s["page"] for s in index} == {f"{p}.html" for p in PAGES}
+        for s in index:  # every hit leads to an anchor of its page
+            assert f'id="{s["id"]}"' in _page(site, folder + s["page"][:-5]), s
+        hits = _search(site, "retain_graph", lang)
+        assert any(s["page"].startswith("03_") for s in hits) and len(hits) < len(index) / 3
+        assert _search(site, "GradScaler unscale_", lang)
+        assert not _search(site, "no-such-word-anywhere", lang)
+    hits = _search(site, "计算图 叶子", "zh")  # Chinese words, searched as substrings (no spaces between words)
+    assert hits and not _search(site, "计算图 叶子")
 
 
-def test_predict_answers_are_folded_and_solutions_collapsed(site):
+@pytest.mark.parametrize("folder", [folder for folder, _ in EDITIONS.values()])
+def test_predict_answers_are_folded_and_solutions_collapsed(site, folder):
     for name, path in zip(PAGES, SOLUTIONS, strict=True):
-        page, stored = _page(site, name), _stored(path)
+        page, stored = _page(site, f"{folder}{name}"), _stored(path)
         assert page.count('<details class="agl-answer">') == stored["answers"], name
         assert page.count('<details class="agl-solution">') == stored["solutions"], name
         assert "<details open" not in page
         assert "### BEGIN SOLUTION" not in page and "HIDDEN TESTS" not in page
 
 
-def test_every_stored_view_is_its_saved_picture(site):
+@pytest.mark.parametrize("folder", [folder for folder, _ in EDITIONS.values()])
+def test_every_stored_view_is_its_saved_picture(site, folder):
     for name, path in zip(PAGES, SOLUTIONS, strict=True):
-        page, stored = _page(site, name), _stored(path)
+        page, stored = _page(site, f"{folder}{name}"), _stored(path)
         assert page.count('class="autogradlab-static"') == stored["views"], name
         assert WIDGET_VIEW not in page and "widget-state" not in page, f"{name}: a widget left for a manager to draw"
     for name in ("00_welcome", "06_training_step"):  # their views sit in Predict cells (folded)
@@ -164,12 +207,13 @@ def test_a_site_without_solutions_shows_the_learners_stubs(tmp_path):
     (tmp_path / "solutions").mkdir()
     shutil.copy(source, tmp_path / "solutions")
     build_site(tmp_path / "site", "--no-solutions", "--solutions", str(tmp_path / "solutions"))
-    page = (tmp_path / "site" / f"{source.stem}.html").read_text(encoding="utf-8")
     nb = nbformat.read(source, as_version=4)
     solved = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
     hidden = [line.strip() for c in solved for line in c.source.split("### BEGIN SOLUTION", 1)[1].splitlines()[1:3]]
-    assert '<details class="agl-solution">' not in page and "NotImplementedError" in page
-    assert not any(html.escape(line) in page for line in hidden if len(line) > 20), "a solution line is on the page"
+    for folder, _ in EDITIONS.values():
+        page = (tmp_path / "site" / folder / f"{source.stem}.html").read_text(encoding="utf-8")
+        assert '<details class="agl-solution">' not in page and "NotImplementedError" in page, folder
+        assert not any(html.escape(line) in page for line in hidden if len(line) > 20), "a solution line is on the page"
     checked = [
         o.get("text", "").splitlines()[0]
         for c in nb.cells
@@ -247,9 +291,9 @@ INSPECT = """() => {
 }"""
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", ALL_PAGES)
 def test_page_renders_offline(tab, server, page):
-    stored = _stored(ROOT / "solutions" / f"{page}.ipynb")
+    stored = _stored(ROOT / "solutions" / f"{page.rsplit('/', 1)[-1]}.ipynb")
     tab.goto(f"{server}/{page}.html", wait_until="load")
     if stored["math"]:
         assert tab.evaluate(WAIT_FOR_MATHJAX), "MathJax did not load"
@@ -260,11 +304,15 @@ def test_page_renders_offline(tab, server, page):
     )
     shots = ROOT / "test-artifacts" / "site"
     shots.mkdir(parents=True, exist_ok=True)
-    tab.screenshot(path=str(shots / f"{page}.png"))
+    shot = page.replace("/", "__")
+    tab.screenshot(path=str(shots / f"{shot}.png"))
     if found["views"]:
         view = tab.locator(".autogradlab-static").first
         view.scroll_into_view_if_needed()
-        view.screenshot(path=str(shots / f"{page}-view.png"))
+        view.screenshot(path=str(shots / f"{shot}-view.png"))
+    if page.startswith("zh/"):  # the Chinese prose is drawn in Chinese glyphs
+        prose = tab.locator(".jp-RenderedMarkdown").first
+        assert CJK.search(prose.inner_text()) and prose.evaluate(DRAWN), NO_FONT
     assert found["closed"] == stored["answers"] + stored["solutions"], f"{page}: folds open on arrival"
     assert found["visible_answers"] == 0, f"{page}: a Predict answer is visible before its click"
     assert len(found["views"]) == stored["views"]
@@ -286,20 +334,37 @@ def test_a_fold_opens_on_a_click(tab, server):
     assert output.is_visible()
 
 
-def test_search_box_finds_a_section_and_goes_there(tab, server):
-    tab.goto(f"{server}/index.html", wait_until="load")
-    tab.fill("#agl-search", "retain_graph")
+# Per edition: the folder, a query, and what the results say when nothing matches.
+SEARCHES = {"en": ("", "retain_graph", "No section holds"), "zh": ("zh/", "计算图", "没有哪一节")}
+
+
+@pytest.mark.parametrize("lang", list(SEARCHES))
+def test_search_box_finds_a_section_and_goes_there(tab, server, lang):
+    folder, query, none = SEARCHES[lang]
+    tab.goto(f"{server}/{folder}index.html", wait_until="load")
+    tab.fill("#agl-search", query)
     results = tab.locator("#agl-results a.agl-result")
     results.first.wait_for(timeout=5_000)
-    assert results.count() >= 1 and "retain_graph" in results.first.inner_text()
+    assert results.count() >= 1 and query in results.first.inner_text()
     target = results.first.get_attribute("href")
     tab.keyboard.press("Enter")
-    tab.wait_for_url(f"**/{target.split('#')[0]}*")
-    assert tab.url.endswith(target)
+    tab.wait_for_url(f"**/{folder}{target.split('#')[0]}*")
+    assert tab.url.endswith(f"{folder}{target}")
     tab.fill("#agl-search", "zzzz-not-in-the-course")
-    assert "No section holds" in tab.locator("#agl-results").inner_text()
+    assert none in tab.locator("#agl-results").inner_text()
 
 
-def test_index_lists_every_chapter(tab, server):
-    tab.goto(f"{server}/index.html", wait_until="load")
+@pytest.mark.parametrize("folder", [folder for folder, _ in EDITIONS.values()])
+def test_index_lists_every_chapter(tab, server, folder):
+    tab.goto(f"{server}/{folder}index.html", wait_until="load")
     assert tab.locator("ol.agl-chapters > li > a[href$='.html']").count() == len(PAGES)
+
+
+def test_the_language_switch_opens_the_same_chapter(tab, server):
+    tab.goto(f"{server}/04_saved_tensors.html", wait_until="load")
+    tab.click("a.agl-lang")
+    tab.wait_for_url("**/zh/04_saved_tensors.html")
+    assert tab.evaluate("document.documentElement.lang") == "zh-CN"
+    assert tab.locator("h1").first.inner_text().startswith("04 · Saved tensors、")
+    tab.click("a.agl-lang")
+    tab.wait_for_url(f"{server}/04_saved_tensors.html")

@@ -1,9 +1,13 @@
-"""CLI: ``python -m autogradlab.release [--check] [--root DIR]``.
+"""CLI: ``python -m autogradlab.release [--check] [--root DIR]``, and
+``python -m autogradlab.release --nbgrader-source DIR [--lang zh] [NN_topic ...]`` for an instructor.
 
 Writes chapters/ (English) and, from the translation catalogs (translations/zh/), chapters-zh/ (the
 Chinese edition). ``--check`` fails when either is out of date, when a unit of prose has no current
 translation (named by chapter, cell and paragraph), or when a package message has none or the package's
 ``.mo`` is stale (named by module and msgid; ``autogradlab.release.package_catalog``).
+
+``--nbgrader-source DIR`` writes nbgrader's source folder instead (``DIR/NN_topic/NN_topic.ipynb``, see
+:func:`nbgrader_sources`), for the chapters named (default: all), in the ``--lang`` edition.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from pathlib import Path
 import nbformat
 
 from autogradlab.release import package_catalog
-from autogradlab.release.launch import EDITIONS
-from autogradlab.release.student import ReleaseError, student_notebook, to_text
+from autogradlab.release.launch import EDITIONS, add_launch_cells
+from autogradlab.release.student import ReleaseError, student_notebook, to_text, validate
 from autogradlab.release.translation import LANGUAGES, catalog_path, problems, read_catalog, translate_notebook
 
 
@@ -69,13 +73,63 @@ def stale(root: Path, wanted: dict[Path, str]) -> list[str]:
     return problems
 
 
+def nbgrader_sources(root: Path, lang: str = "en", chapters: list[str] | None = None) -> dict[Path, str]:
+    """nbgrader's source folder of the ``lang`` edition: ``NN_topic/NN_topic.ipynb`` -> its text, per chapter.
+
+    English: the solution notebook as it is. Another edition: the solution with its prose translated and that
+    edition's badges and setup cell, so nbgrader's student version has the code of the edition's chapter cell
+    for cell, setup cell included (it sets ``AUTOGRADLAB_LANG``: the checks speak the edition's language in the
+    student's kernel and in ``nbgrader autograde``). Raises ReleaseError naming a chapter that does not exist
+    or a unit without a current translation.
+    """
+    sources = {p.stem: p for p in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb"))}
+    unknown = sorted(set(chapters or ()) - set(sources))
+    if unknown:
+        raise ReleaseError(f"no chapter {', '.join(unknown)} in solutions/ (names like 00_welcome)")
+    out = {}
+    for stem in chapters or sources:
+        text = sources[stem].read_text(encoding="utf-8")
+        if lang != "en":
+            nb = nbformat.reads(text, as_version=4)
+            catalog = read_catalog(catalog_path(root, lang, stem), lang)
+            gaps = problems(catalog, {stem: nb})
+            if gaps:
+                raise ReleaseError(f"{lang}: {gaps[0]} (and {len(gaps) - 1} more)" if len(gaps) > 1 else gaps[0])
+            nb = translate_notebook(nb, stem, catalog)
+            validate(nb, f"solutions/{stem}.ipynb")
+            add_launch_cells(nb, f"{stem}.ipynb", lang)
+            text = to_text(nb)
+        out[Path(stem) / f"{stem}.ipynb"] = text
+    return out
+
+
+def write_nbgrader_sources(root: Path, folder: Path, lang: str, chapters: list[str]) -> int:
+    for path, text in nbgrader_sources(root, lang, chapters).items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text, encoding="utf-8")
+        print(f"release: wrote {folder / path} ({lang})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autogradlab.release", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only check that chapters/ is up to date")
     parser.add_argument("--root", type=Path, default=None, help="repository root (default: found from cwd)")
+    parser.add_argument(
+        "--nbgrader-source",
+        type=Path,
+        metavar="DIR",
+        help="write nbgrader's source folder (DIR/NN_topic/NN_topic.ipynb) of the --lang edition instead",
+    )
+    parser.add_argument("--lang", default="en", choices=("en", *LANGUAGES), help="the edition (--nbgrader-source)")
+    parser.add_argument("chapters", nargs="*", help="with --nbgrader-source: only these chapters (00_welcome ...)")
     args = parser.parse_args(argv)
+    if args.chapters and not args.nbgrader_source:
+        parser.error("chapter names go with --nbgrader-source")
     try:
         root = (args.root or _find_root(Path.cwd())).resolve()
+        if args.nbgrader_source:
+            return write_nbgrader_sources(root, args.nbgrader_source, args.lang, args.chapters)
         wanted, untranslated = plan(root)
     except ReleaseError as exc:
         print(f"release: error: {exc}", file=sys.stderr)
