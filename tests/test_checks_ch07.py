@@ -3,6 +3,8 @@
 Tests read the ExerciseError's fields (kind, mistake, hint), never its text.
 """
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -521,3 +523,15 @@ WRONG_RANKS = {
 @pytest.mark.parametrize("name", WRONG_RANKS)
 def test_rank_window_mistakes_are_named(name):
     rejects(check_rank_window_losses, *WRONG_RANKS[name])
+
+
+@pytest.mark.parametrize("name", ["per-token losses", "no × world_size"])
+def test_a_rejected_answer_speaks_chinese_when_asked(name, monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the checker's own summary and hint are Chinese; the fields stay the same."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    answer, mistake = WRONG_RANKS[name]
+    with pytest.raises(ExerciseError) as info:
+        check_rank_window_losses(answer)
+    error, chinese = info.value, re.compile("[\u4e00-\u9fff]")
+    assert error.mistake == mistake and chinese.search(error.hint), str(error)
+    assert chinese.search(error.summary), str(error)  # the checker's summary, or compare's around its words

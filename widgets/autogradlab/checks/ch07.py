@@ -24,99 +24,127 @@ from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, passed
 from autogradlab.checks.stateful import Runs, recorded_scaler_calls, run_variants, variants
+from autogradlab.i18n import N_, _
 from autogradlab.models import step_cases as cases
 from autogradlab.models import token_accumulation as tokens
 
-EMPTY = "a micro-batch with no counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's mean when every target is ignored), and NaN × 0 is still NaN. A token SUM of no tokens is an exact 0."
+# fmt: off
+EMPTY = N_("a micro-batch with no counted token has no token mean: 0/0 = NaN (`losses[mask].mean()`, or cross_entropy's mean when every target is ignored), and NaN × 0 is still NaN. A token SUM of no tokens is an exact 0.")
 
 #: mistake id → hint (the variants' errors are "value" errors from compare; the others' kinds are in _KINDS).
 HINTS = {
-    "no-backward": "accumulate with loss.backward(), once per micro-batch: autograd.grad does not write .grad.",
-    "one-backward-per-window": "one backward for the window's summed loss gives the same gradient, but keeps every micro-batch's graph alive to the end: the memory accumulation exists to save. Backward each micro-batch right after its forward.",
-    "forwards-first": "with all forward passes first, every micro-batch's graph is alive at once (the memory of the whole window): backward each micro-batch right after its forward.",
-    "backward-count": "each micro-batch's loss is backpropagated once; an extra backward adds its gradient again.",
-    "micro-batches-changed": "the data belongs to the caller (the next epoch reads it again): `targets[~mask] = -100` or `x /= ...` changes it. Make a new tensor: `torch.where(mask, targets, -100)`.",
-    "grads-left": "zero the gradients after each optimizer step, the last one (and a skipped one) included.",
-    "step-each": "it stepped after every micro-batch: step (and zero_grad) once per window.",
-    "last-window-dropped": "the last, shorter window never stepped: its gradients would be lost.",
-    "step-count": "one optimizer step per window of accum_steps micro-batches (the last may be shorter).",
-    "no-divide": "the loss was not divided by the number of micro-batches in the window: the gradient is K× the window's mean gradient, like a K× larger learning rate (clipping hides it above max_norm).",
-    "divide-total": "the loss was divided by the number of micro-batches in the whole list, not in its window.",
-    "partial-by-k": "the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum divided by ITS size.",
-    "zero-each": "the gradients were cleared before every micro-batch, so only the window's last one counted.",
-    "never-zero": "the gradients were never cleared after a step, so each window added to the previous one's.",
-    "stale-kept": "the stale gradients that were in .grad before the call are in the result: clear them before the first micro-batch (zero_grad(set_to_none=True)).",
-    "own-mean-k": "that is each micro-batch's own token mean ÷ K: every micro-batch then weighs the same, so a token among few counts more. Divide each micro-batch's token SUM by the window's count.",
-    "own-mean": "that is each micro-batch's own token mean, not divided by anything: K means add up to about K× the window's mean, weighted by micro-batch instead of by token.",
-    "default-mean-k": "cross_entropy's default mean averages over every position, prompt and padding included, and ÷K weighs micro-batches equally: sum the counted tokens' losses, divide by the window's count.",
-    "padding": "padding and prompt tokens were counted: multiply the per-token losses by the mask before summing.",
-    "mask-ignored": "every position's loss was summed and divided by the number of positions: sum only the counted tokens' losses, and count only the True entries of the masks.",
-    "positions": "you divided by the number of positions (B·T over the micro-batches), padding and prompt included: N is the number of True entries in the masks.",
-    "running": "each micro-batch was divided by the tokens seen SO FAR: N is the whole window's count (count the masks up front, or divide .grad by N after the last backward).",
-    "logged-mean": "the logged loss is the mean of the micro-batch means: it weighs micro-batches, not tokens, so it is not the loss whose gradient you computed.",
-    "logged-loss": "the logged loss is the window's token mean: the sum of what the micro-batches backpropagated.",
+    "no-backward": N_("accumulate with loss.backward(), once per micro-batch: autograd.grad does not write .grad."),
+    "one-backward-per-window": N_("one backward for the window's summed loss gives the same gradient, but keeps every micro-batch's graph alive to the end: the memory accumulation exists to save. Backward each micro-batch right after its forward."),
+    "forwards-first": N_("with all forward passes first, every micro-batch's graph is alive at once (the memory of the whole window): backward each micro-batch right after its forward."),
+    "backward-count": N_("each micro-batch's loss is backpropagated once; an extra backward adds its gradient again."),
+    "micro-batches-changed": N_("the data belongs to the caller (the next epoch reads it again): `targets[~mask] = -100` or `x /= ...` changes it. Make a new tensor: `torch.where(mask, targets, -100)`."),
+    "grads-left": N_("zero the gradients after each optimizer step, the last one (and a skipped one) included."),
+    "step-each": N_("it stepped after every micro-batch: step (and zero_grad) once per window."),
+    "last-window-dropped": N_("the last, shorter window never stepped: its gradients would be lost."),
+    "step-count": N_("one optimizer step per window of accum_steps micro-batches (the last may be shorter)."),
+    "no-divide": N_("the loss was not divided by the number of micro-batches in the window: the gradient is K× the window's mean gradient, like a K× larger learning rate (clipping hides it above max_norm)."),
+    "divide-total": N_("the loss was divided by the number of micro-batches in the whole list, not in its window."),
+    "partial-by-k": N_("the last, shorter window was divided by accum_steps although it holds fewer micro-batches: its mean is the sum divided by ITS size."),
+    "zero-each": N_("the gradients were cleared before every micro-batch, so only the window's last one counted."),
+    "never-zero": N_("the gradients were never cleared after a step, so each window added to the previous one's."),
+    "stale-kept": N_("the stale gradients that were in .grad before the call are in the result: clear them before the first micro-batch (zero_grad(set_to_none=True))."),
+    "own-mean-k": N_("that is each micro-batch's own token mean ÷ K: every micro-batch then weighs the same, so a token among few counts more. Divide each micro-batch's token SUM by the window's count."),
+    "own-mean": N_("that is each micro-batch's own token mean, not divided by anything: K means add up to about K× the window's mean, weighted by micro-batch instead of by token."),
+    "default-mean-k": N_("cross_entropy's default mean averages over every position, prompt and padding included, and ÷K weighs micro-batches equally: sum the counted tokens' losses, divide by the window's count."),
+    "padding": N_("padding and prompt tokens were counted: multiply the per-token losses by the mask before summing."),
+    "mask-ignored": N_("every position's loss was summed and divided by the number of positions: sum only the counted tokens' losses, and count only the True entries of the masks."),
+    "positions": N_("you divided by the number of positions (B·T over the micro-batches), padding and prompt included: N is the number of True entries in the masks."),
+    "running": N_("each micro-batch was divided by the tokens seen SO FAR: N is the whole window's count (count the masks up front, or divide .grad by N after the last backward)."),
+    "logged-mean": N_("the logged loss is the mean of the micro-batch means: it weighs micro-batches, not tokens, so it is not the loss whose gradient you computed."),
+    "logged-loss": N_("the logged loss is the window's token mean: the sum of what the micro-batches backpropagated."),
     "empty-micro-batch-nan": EMPTY,
-    "bf16": "the exercise names float16: `torch.autocast('cpu', dtype=torch.float16)`. bf16 has float32's range and needs no scaler; fp16's small gradients underflow, which GradScaler exists for.",
-    "no-autocast": "run each micro-batch's forward and loss under `torch.autocast('cpu', dtype=torch.float16)`.",
-    "backward-in-autocast": "autocast is for the forward pass and the loss: end the `with` block before scaler.scale(loss).backward() (PyTorch's AMP notes advise against backward under autocast).",
-    "scaler-step-each": "one scaler.step(optimizer) per window, after the last micro-batch's backward.",
-    "update-count": "call scaler.update() once per window, right after scaler.step(optimizer): it halves the scale after an overflow, grows it after good steps, and resets the scaler.",
-    "update-before-step": "scaler.update() resets the scaler: call it after scaler.step(optimizer).",
-    "optimizer-step": "the parameters changed although the gradients overflowed: scaler.step(optimizer) skips the update when unscale_ found inf/NaN (optimizer.step() does not).",
-    "clip-first": "clipping ran on the SCALED gradients (their norm is S× too large, so the clip shrank them about S× too much): unscale first, then clip. Chapter 08 measures what this order costs.",
-    "no-clip": "the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units.",
-    "no-scale": "backward ran on the unscaled loss, but unscale_ still divided by S: backpropagate scaler.scale(loss).",
-    "all-reduce-skipped": "every rank takes part in every all_reduce, also a rank without tokens: in a real run the others wait for it for ever (DDP's all-reduce inside backward too).",
-    "not-one-loss-per-micro-batch": "each micro-batch runs its own backward (one graph at a time; DDP all-reduces in the last one's), so each needs its own 0-dim loss.",
-    "not-a-scalar": "sum the counted tokens' losses: backward starts from one number.",
-    "no-graph": "every micro-batch's loss runs backward, also one without tokens: keep it a tensor connected to token_losses (a masked sum; no .item(), .detach() or torch.tensor(...)).",
+    "bf16": N_("the exercise names float16: `torch.autocast('cpu', dtype=torch.float16)`. bf16 has float32's range and needs no scaler; fp16's small gradients underflow, which GradScaler exists for."),
+    "no-autocast": N_("run each micro-batch's forward and loss under `torch.autocast('cpu', dtype=torch.float16)`."),
+    "backward-in-autocast": N_("autocast is for the forward pass and the loss: end the `with` block before scaler.scale(loss).backward() (PyTorch's AMP notes advise against backward under autocast)."),
+    "scaler-step-each": N_("one scaler.step(optimizer) per window, after the last micro-batch's backward."),
+    "update-count": N_("call scaler.update() once per window, right after scaler.step(optimizer): it halves the scale after an overflow, grows it after good steps, and resets the scaler."),
+    "update-before-step": N_("scaler.update() resets the scaler: call it after scaler.step(optimizer)."),
+    "optimizer-step": N_("the parameters changed although the gradients overflowed: scaler.step(optimizer) skips the update when unscale_ found inf/NaN (optimizer.step() does not)."),
+    "clip-first": N_("clipping ran on the SCALED gradients (their norm is S× too large, so the clip shrank them about S× too much): unscale first, then clip. Chapter 08 measures what this order costs."),
+    "no-clip": N_("the gradients were not clipped: clip the total norm to max_norm, in true (unscaled) units."),
+    "no-scale": N_("backward ran on the unscaled loss, but unscale_ still divided by S: backpropagate scaler.scale(loss)."),
+    "all-reduce-skipped": N_("every rank takes part in every all_reduce, also a rank without tokens: in a real run the others wait for it for ever (DDP's all-reduce inside backward too)."),
+    "not-one-loss-per-micro-batch": N_("each micro-batch runs its own backward (one graph at a time; DDP all-reduces in the last one's), so each needs its own 0-dim loss."),
+    "not-a-scalar": N_("sum the counted tokens' losses: backward starts from one number."),
+    "no-graph": N_("every micro-batch's loss runs backward, also one without tokens: keep it a tensor connected to token_losses (a masked sum; no .item(), .detach() or torch.tensor(...))."),
     "empty-nan": EMPTY,
-    "rank-own-mean": "that is each micro-batch's own token mean ÷ K, which DDP then averages over the ranks: micro-batches and ranks with few tokens weigh as much as those with many. Divide token SUMS by the window's count on all ranks.",
-    "rank-count": "each rank divided by its OWN window's token count: all_reduce the count, so every rank divides by the window's tokens on all ranks.",
-    "micro-count": "each micro-batch was divided by its own count summed over the ranks: the count is the WINDOW's, over every micro-batch of every rank. Add up the window's masks, then one all_reduce.",
-    "no-world": "DDP divides the summed gradients by world_size (it averages): multiply each loss by world_size, so the ranks' average is the gradient of the global token mean.",
-    "over-world": "DDP already divides by world_size; dividing the loss by it too makes the gradient world_size² too small. Multiply by world_size instead.",
-    "divide-by-k": "÷K belongs to per-micro-batch MEANS; a token sum divided by the window's count is already the window's share: no ÷K on top.",
-    "rank-padding": "padding tokens were counted: multiply the losses by the mask before summing.",
+    "rank-own-mean": N_("that is each micro-batch's own token mean ÷ K, which DDP then averages over the ranks: micro-batches and ranks with few tokens weigh as much as those with many. Divide token SUMS by the window's count on all ranks."),
+    "rank-count": N_("each rank divided by its OWN window's token count: all_reduce the count, so every rank divides by the window's tokens on all ranks."),
+    "micro-count": N_("each micro-batch was divided by its own count summed over the ranks: the count is the WINDOW's, over every micro-batch of every rank. Add up the window's masks, then one all_reduce."),
+    "no-world": N_("DDP divides the summed gradients by world_size (it averages): multiply each loss by world_size, so the ranks' average is the gradient of the global token mean."),
+    "over-world": N_("DDP already divides by world_size; dividing the loss by it too makes the gradient world_size² too small. Multiply by world_size instead."),
+    "divide-by-k": N_("÷K belongs to per-micro-batch MEANS; a token sum divided by the window's count is already the window's share: no ÷K on top."),
+    "rank-padding": N_("padding tokens were counted: multiply the losses by the mask before summing."),
 }
-
-
-#: what the learner's code did, by key: summaries filled in with ``name`` and ``label`` (the LearnerCall's) and values.
+SCALER_ERROR_HINTS = {  # by the kind of error the step raised (autogradlab.tracebacks.ERROR_KINDS)
+    "scaler_unscaled_twice": N_("unscale once per optimizer step, after the LAST micro-batch's backward, right before clipping."),
+    "scaler_never_scaled": N_("backpropagate the scaled loss: scaler.scale(loss).backward()."),
+    "scaler_no_inf_checks": N_("scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs gradients that came from scaler.scale(loss).backward()."),
+}
+RANK_ERROR_HINTS = {
+    "none_value": N_("all_reduce works in place, like torch.distributed.all_reduce: it returns None and leaves the sum in the tensor you pass."),
+}
+#: the checks' words, by key: what the learner's code did (filled in with the LearnerCall's ``name`` and ``label``), the inputs
 SAID = {
-    "backwards": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}.",
-    "alive": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}; up to {alive} forward passes ran before a backward.",
-    "backward-count": "`{name}` ran {n} backward pass(es) that wrote .grad for {label}; expected one per micro-batch ({needed}).",
-    "grads-left": "after `{name}` gradients are still in .grad for {label}.",
-    "micro-batches-changed": "`{name}` changed the caller's data in place for {label}.",
-    "steps": "`{name}` stepped {n} times for {label}; expected {want}.",
-    "nan-grad": "`{name}` left inf/NaN in .grad for {label}.",
-    "not-float": "`{name}` returned {type} for {label}; expected the window's token-mean loss as a Python float (for logging).",
-    "logged": "`{name}` returned {value:.6g} for {label}; the window's token mean is {loss:.6g}.",
-    "dtype": "`{name}` ran the forward in {dtypes} dtype for {label}.",
-    "backward-in-autocast": "`{name}` called backward inside the autocast region for {label}.",
-    "scaler-step-each": "`{name}` called scaler.step {n} times for {label}.",
-    "update-before-step": "`{name}` called scaler.update() before scaler.step for {label}.",
-    "update-count": "`{name}` called scaler.update() {n} times for {label}.",
-    "optimizer-step": "the parameters changed although the gradients overflowed, for {label}.",
-    "step-count": "optimizer.step() ran {n} times for {label}; expected once.",
-    "scale": "the scale is {got:g} after the step, expected {want:g} (it halves after an overflow, grows after a good step), for {label}.",
-    "all-reduce-skipped": "the ranks called all_reduce different numbers of times: {calls}.",
-    "not-one-loss-per-micro-batch": "`{name}` returned {type} on rank {rank} for {label}; expected a list of {n} losses.",
-    "not-a-scalar": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} has shape {shape}; a loss is a 0-dim tensor.",
-    "no-graph": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is a {type} without a graph.",
-    "empty-nan": "the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is {value}.",
+    "loop-label": N_("{count} micro-batches of 3 samples, accum_steps={k} (windows of {windows}; stale gradients in .grad before the call; MSE mean loss, SGD, float64)"),
+    "loop-what": N_("the gradient at optimizer step {step} (a window of {size})"),
+    "token-label": N_("a window of {count} micro-batch(es) of (B, T) = {shapes}, stale .grad"),
+    "no-token": N_("{shape} with no counted token"),
+    "token-what": N_("the gradient left in .grad"),
+    "amp-label": N_("3 micro-batches of 4 samples, GradScaler('cpu', init_scale={scale:g}), {case}"),
+    "amp-clip": N_("gradient norm {norm:.3g} {sign} max_norm {max_norm}"),
+    "amp-overflow": N_("one micro-batch with an inf input (overflow)"),
+    "amp-what": N_("the parameter update"),
+    "world-label": N_("{ranks} ranks × {count} micro-batches of different shapes"),
+    "world-empty": N_("{ranks} ranks × {count} micro-batches of different shapes, micro-batches and one rank's whole window without a counted token"),
+    "world-what": N_("DDP's average gradient with respect to each token's loss"),
+    "backwards": N_("`{name}` ran {n} backward pass(es) that wrote .grad for {label}."),
+    "alive": N_("`{name}` ran {n} backward pass(es) that wrote .grad for {label}; up to {alive} forward passes ran before a backward."),
+    "backward-count": N_("`{name}` ran {n} backward pass(es) that wrote .grad for {label}; expected one per micro-batch ({needed})."),
+    "grads-left": N_("after `{name}` gradients are still in .grad for {label}."),
+    "micro-batches-changed": N_("`{name}` changed the caller's data in place for {label}."),
+    "steps": N_("`{name}` stepped {n} times for {label}; expected {want}."),
+    "nan-grad": N_("`{name}` left inf/NaN in .grad for {label}."),
+    "not-float": N_("`{name}` returned {type} for {label}; expected the window's token-mean loss as a Python float (for logging)."),
+    "logged": N_("`{name}` returned {value:.6g} for {label}; the window's token mean is {loss:.6g}."),
+    "dtype": N_("`{name}` ran the forward in {dtypes} dtype for {label}."),
+    "backward-in-autocast": N_("`{name}` called backward inside the autocast region for {label}."),
+    "scaler-step-each": N_("`{name}` called scaler.step {n} times for {label}."),
+    "update-before-step": N_("`{name}` called scaler.update() before scaler.step for {label}."),
+    "update-count": N_("`{name}` called scaler.update() {n} times for {label}."),
+    "optimizer-step": N_("the parameters changed although the gradients overflowed, for {label}."),
+    "step-count": N_("optimizer.step() ran {n} times for {label}; expected once."),
+    "scale": N_("the scale is {got:g} after the step, expected {want:g} (it halves after an overflow, grows after a good step), for {label}."),
+    "all-reduce-skipped": N_("the ranks called all_reduce different numbers of times: {calls}."),
+    "not-one-loss-per-micro-batch": N_("`{name}` returned {type} on rank {rank} for {label}; expected a list of {n} losses."),
+    "not-a-scalar": N_("the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} has shape {shape}; a loss is a 0-dim tensor."),
+    "no-graph": N_("the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is a {type} without a graph."),
+    "empty-nan": N_("the loss of micro-batch {k} on rank {rank} ({n} counted tokens) for {label} is {value}."),
+    "loop-passed": N_("accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch (3 set-ups, stale gradients, shorter last window)"),
+    "token-passed": N_("accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"),
+    "amp-passed": N_("amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow step, scale updated (clip active and inactive)"),
+    "world-passed": N_("rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient (2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"),
 }
+# fmt: on
 _KINDS = {"micro-batches-changed": "changed-input", "not-one-loss-per-micro-batch": "type", "not-a-scalar": "shape"}
 _KINDS |= dict.fromkeys(("empty-micro-batch-nan", "empty-nan"), "not-finite")
 _KINDS |= dict.fromkeys(("logged-mean", "logged-loss"), "value")
 
 
+def _said(key: str, **values) -> str:
+    return _(SAID[key]).format(**values)
+
+
 def _fail(mistake: str | None, learner: LearnerCall | None, said: str | None = None, **values) -> ExerciseError:
     """The error for ``mistake`` (None: a type error without a named slip), summary ``SAID[said or mistake]``."""
-    names = {"name": learner.name, "label": learner.label} if learner else {}
-    summary = SAID[said or mistake].format(**names, **values)
+    summary = _said(said or mistake, **({"name": learner.name, "label": learner.label} if learner else {}), **values)
     kind = _KINDS.get(mistake, "contract") if mistake else "type"
-    return ExerciseError(kind, summary, hint=mistake and HINTS[mistake], mistake=mistake)
+    return ExerciseError(kind, summary, hint=mistake and _(HINTS[mistake]), mistake=mistake)
 
 
 def _variants(make: Callable, names: str) -> tuple:
@@ -185,7 +213,7 @@ def _compare_naming_variant(got, expected, runs: Runs, same: Callable, what: str
         compare(got, expected, what=what, label=label, context=context)
     except ExerciseError as error:
         slip = runs.closest(same)
-        raise (error.but(hint=slip.hint, mistake=slip.name) if slip else error) from None
+        raise (error.but(hint=_(slip.hint), mistake=slip.name) if slip else error) from None
 
 
 def _same_first(got, wrong) -> bool:
@@ -247,7 +275,7 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
     """
     for seed, count, k in LOOP_SETUPS:
         windows = [min(k, count - start) for start in range(0, count, k)]
-        label = f"{count} micro-batches of 3 samples, accum_steps={k} (windows of {'+'.join(map(str, windows))}; stale gradients in .grad before the call; MSE mean loss, SGD, float64)"
+        label = _said("loop-label", count=count, k=k, windows="+".join(map(str, windows)))
         learner = LearnerCall(accumulation_loop, "accumulation_loop", label=label)
         run = functools.partial(_run_loop, seed=seed, count=count, accum_steps=k)
         runs = run_variants(run, learner, _reference_loop, LOOP_VARIANTS)
@@ -258,12 +286,10 @@ def check_accumulation_loop(accumulation_loop: Callable) -> None:
             raise _fail(mistake, learner, "steps", n=len(got), want=len(windows))
         trace.check(learner, count, count)
         for step, (g, e) in enumerate(zip(got, runs.reference[0])):
-            what = f"the gradient at optimizer step {step + 1} (a window of {windows[step]})"
+            what = _said("loop-what", step=step + 1, size=windows[step])
             _compare_naming_variant(g, e, runs, _same_steps, what, learner.label, accum_steps=windows[step])
         _check_cleared(model, learner)
-    passed(
-        "accumulation_loop: one step per window with the window's mean gradient, one backward per micro-batch (3 set-ups, stale gradients, shorter last window)"
-    )
+    passed(_said("loop-passed"))
 
 
 # --------------------------------------------------------------------------- exercise 2: a window's token mean
@@ -343,10 +369,9 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
     ✓ accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)
     """
     for index, spec in enumerate(tokens.UNEVEN_WINDOWS):
-        shapes = ", ".join(f"({s[0]}, {s[1]})" + (" with no counted token" if len(s) > 2 else "") for s in spec)
-        learner = LearnerCall(accumulate_token_mean, "accumulate_token_mean", TOKEN_OFF_LIMITS).on(
-            f"a window of {len(spec)} micro-batch(es) of (B, T) = {shapes}, stale .grad"
-        )
+        shapes = ", ".join(_said("no-token", shape=s[:2]) if len(s) > 2 else str(s) for s in spec)
+        label = _said("token-label", count=len(spec), shapes=shapes)
+        learner = LearnerCall(accumulate_token_mean, "accumulate_token_mean", TOKEN_OFF_LIMITS, label=label)
         runs = run_variants(functools.partial(_run_token_window, index=index), learner, None, TOKEN_VARIANTS)
         got, logged, trace, batches = runs.learner
         fresh = tokens.uneven_window(index)
@@ -358,7 +383,7 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
             raise _fail("empty-micro-batch-nan", learner, "nan-grad")
         tokens_in = sum(m.tokens for m in fresh)
         _compare_naming_variant(
-            got, expected, runs, _same_first, "the gradient left in .grad", learner.label, num_tokens=tokens_in
+            got, expected, runs, _same_first, _said("token-what"), learner.label, num_tokens=tokens_in
         )
         value = _as_float(logged)
         if value is None:
@@ -367,9 +392,7 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
             slip = runs.closest(_same_grad_and_log)
             mistake = slip.name if slip else "logged-loss" if math.isfinite(value) else "empty-micro-batch-nan"
             raise _fail(mistake, learner, "logged", value=value, loss=loss)
-    passed(
-        "accumulate_token_mean: .grad is the window's token-mean gradient, one backward per micro-batch, logged loss right (3 windows: padding, prompts, a micro-batch without counted tokens, stale gradients)"
-    )
+    passed(_said("token-passed"))
 
 
 # --------------------------------------------------------------------------- exercise 3: repair an AMP step over a window
@@ -380,11 +403,6 @@ AMP_SETUPS = (
     (1, 0.05, False),
     (0, 3.0, True),
 )  # (seed, input scale: ‖g‖ above/below MAX_NORM, overflow)
-SCALER_ERROR_HINTS = {
-    "scaler_unscaled_twice": "unscale once per optimizer step, after the LAST micro-batch's backward, right before clipping.",
-    "scaler_never_scaled": "backpropagate the scaled loss: scaler.scale(loss).backward().",
-    "scaler_no_inf_checks": "scaler.update() needs scaler.step(optimizer) in the same step, and scaler.step needs gradients that came from scaler.scale(loss).backward().",
-}
 
 
 def _amp_variant(kind: str):
@@ -453,9 +471,8 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
     """
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
-        case = f"gradient norm {norm:.3g} {'>' if norm > MAX_NORM else '<'} max_norm {MAX_NORM}"
-        case = "one micro-batch with an inf input (overflow)" if overflow else case
-        label = f"3 micro-batches of 4 samples, GradScaler('cpu', init_scale={cases.AMP_INIT_SCALE:g}), {case}"
+        case = _said("amp-clip", norm=norm, sign=">" if norm > MAX_NORM else "<", max_norm=MAX_NORM)
+        label = _said("amp-label", scale=cases.AMP_INIT_SCALE, case=_said("amp-overflow") if overflow else case)
         learner = LearnerCall(
             amp_accumulation_step, "amp_accumulation_step", error_hints=SCALER_ERROR_HINTS, label=label
         )
@@ -468,15 +485,11 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
         if not overflow and steps != 1:
             raise _fail("step-count", learner, n=steps)
         if not overflow:
-            _compare_naming_variant(
-                got, runs.reference[0], runs, _same_first, "the parameter update", label, accum_steps=3
-            )
+            _compare_naming_variant(got, runs.reference[0], runs, _same_first, _said("amp-what"), label, accum_steps=3)
         if scaler.get_scale() != runs.reference[1].get_scale():
             raise _fail("update-count", learner, "scale", got=scaler.get_scale(), want=runs.reference[1].get_scale())
         _check_cleared(model, learner)
-    passed(
-        "amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow step, scale updated (clip active and inactive)"
-    )
+    passed(_said("amp-passed"))
 
 
 # --------------------------------------------------------------------------- exercise 4: DDP × accumulation, token mean
@@ -505,9 +518,6 @@ _rank_reference = _rank_variant("right")
 RANK_VARIANTS = _variants(
     _rank_variant, "rank-own-mean rank-count micro-count no-world over-world divide-by-k rank-padding"
 )
-RANK_ERROR_HINTS = {
-    "none_value": "all_reduce works in place, like torch.distributed.all_reduce: it returns None and leaves the sum in the tensor you pass.",
-}
 
 
 def _run_world(step, index: int):
@@ -543,7 +553,7 @@ def _check_rank_losses(results, inputs, learner: LearnerCall) -> None:
     for rank, (losses, window) in enumerate(zip(results, inputs)):
         if not isinstance(losses, (list, tuple)) or len(losses) != len(window):
             raise _fail("not-one-loss-per-micro-batch", learner, type=type(losses).__name__, rank=rank, n=len(window))
-        for k, (loss, (_, mask)) in enumerate(zip(losses, window)):
+        for k, (loss, (_losses, mask)) in enumerate(zip(losses, window)):
             fail = functools.partial(_fail, learner=learner, k=k, rank=rank, n=int(mask.sum()))
             if isinstance(loss, torch.Tensor) and loss.dim() > 0:
                 raise fail("not-a-scalar", shape=tuple(loss.shape))
@@ -561,9 +571,7 @@ def check_rank_window_losses(rank_window_losses: Callable) -> None:
     ✓ rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient (2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)
     """
     for index, world in enumerate(tokens.RANK_WINDOWS):
-        label = f"{len(world)} ranks × {len(world[0])} micro-batches of different shapes" + (
-            ", micro-batches and one rank's whole window without a counted token" if index else ""
-        )
+        label = _said("world-empty" if index else "world-label", ranks=len(world), count=len(world[0]))
         learner = LearnerCall(rank_window_losses, "rank_window_losses", error_hints=RANK_ERROR_HINTS, label=label)
         runs = run_variants(functools.partial(_run_world, index=index), learner, _rank_reference, RANK_VARIANTS)
         results, inputs = runs.learner
@@ -572,10 +580,8 @@ def check_rank_window_losses(rank_window_losses: Callable) -> None:
         _check_rank_losses(results, inputs, learner)
         total = sum(int(mask.sum()) for rank in fresh for _, mask in rank)
         expected = parameters_to_vector(mask.double() / total for rank in fresh for _, mask in rank)
-        what = "DDP's average gradient with respect to each token's loss"
+        what = _said("world-what")
         _compare_naming_variant(
             _token_grads(results, inputs), expected, runs, _same_token_grads, what, label, num_tokens=total
         )
-    passed(
-        "rank_window_losses: DDP's average of the accumulated gradients is the window's global token-mean gradient (2 worlds: 2 ranks × 3 micro-batches, 3 ranks × 2 with empty micro-batches and an empty rank)"
-    )
+    passed(_said("world-passed"))
