@@ -29,7 +29,12 @@ def _pattern(term: str) -> re.Pattern:
     return re.compile(r"(?<![\w-])" + re.escape(term) + r"(s|es)?(?![\w-])", re.IGNORECASE)
 
 
-_CODE_AND_MATH = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|```.*?```", re.S)
+_CODE_AND_MATH = re.compile(
+    r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|```.*?```"
+    # the package's messages write code without backticks: calls, dotted names, keyword arguments, {fields}
+    r"|[\w.]*\w\([^()]*\)|\w+(?:\.\w+)+|\w+=\w*|\{\w*(?:[:!][^{}]*)?\}",
+    re.S,
+)
 
 
 def missing_terms(english: str, chinese: str, terms: list[tuple[str, str, str]]) -> list[str]:
@@ -50,6 +55,10 @@ def test_the_finder_sees_a_missing_term_and_lets_the_longer_term_win():
     assert missing_terms("The backward pass frees saved tensors.", "反向传播会释放 saved tensors。", terms) == []
     assert missing_terms("Walk backwards from the loss.", "从 loss 往回走。", terms) == []
     assert missing_terms("Call `optimizer.step()` with `gradient=`.", "调用 `optimizer.step()`。", terms) == []
+    assert (
+        missing_terms("{node} ran optimizer.step() on model.parameters()", "{node} 运行了 optimizer.step()", terms)
+        == []
+    )
     assert missing_terms("The gradient of a leaf tensor.", "叶子张量的导数。", terms) == [
         "leaf tensor → leaf tensor",
         "gradient → 梯度",

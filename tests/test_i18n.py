@@ -130,3 +130,60 @@ def test_translations_keep_their_fields_code_and_markup(module, catalog):
         if message.id and message.string:
             assert package_catalog.fields(message.id) == package_catalog.fields(message.string), message.id
             assert sorted(code.findall(message.id)) == sorted(code.findall(message.string)), message.id
+
+
+# ---------------------------------------------------------------- the package in Chinese
+
+
+def _graph_view():
+    import torch
+
+    from autogradlab.views import GraphView
+
+    w = torch.ones(3, requires_grad=True)
+    view = GraphView((w * w).sum(), params={"w": w})
+    view.step.value = 1
+    return view
+
+
+def _missing_zero_grad_report():
+    import torch
+
+    from autogradlab.models.doctor import diagnose
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch):  # no zero_grad: gradients pile up
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return diagnose(step, model, opt, [(torch.randn(8, 3), torch.randn(8, 1)) for _ in range(3)])
+
+
+def test_english_views_and_doctor_are_unchanged(monkeypatch):
+    monkeypatch.delenv("AUTOGRADLAB_LANG", raising=False)
+    view = _graph_view()
+    assert view.shapes_box.description == "shapes" and "<b>Step 1 of 3</b>" in view.info.value
+    assert "output tensor" in view.picture.value
+    report = _missing_zero_grad_report()
+    finding = report["grad-not-cleared"][0]
+    assert repr(report).startswith("Doctor: 3 steps observed, loss")
+    assert finding.message.startswith("in steps 2, 3 backward added to a gradient still left from before")
+    assert finding.fix == "call optimizer.zero_grad() once per optimizer step (before backward or after step)"
+
+
+def test_a_view_and_a_doctor_finding_speak_chinese(zh):
+    view = _graph_view()
+    assert view.shapes_box.description == "形状" and "<b>第 1 步，共 3 步</b>" in view.info.value
+    assert "输出张量" in view.picture.value  # the graph's legend, drawn in the SVG
+    report = _missing_zero_grad_report()
+    finding = report["grad-not-cleared"][0]
+    assert repr(report).startswith("Doctor：观察了 3 步，loss")
+    assert finding.code == "grad-not-cleared"  # codes are ids: never translated
+    assert finding.message.startswith("在第 2, 3 步，backward 把梯度累加到了上一次 optimizer.step() 之前留下的梯度上")
+    assert finding.fix.startswith("每个优化器步骤调用一次 optimizer.zero_grad()")

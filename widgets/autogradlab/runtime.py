@@ -20,6 +20,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from autogradlab.i18n import _
+
 NOT_INSTALLED_HERE = ("torch",)  # the platform's build is kept: a replacement is GBs and may lose its GPU
 
 
@@ -68,23 +70,30 @@ def complete(pip: Callable[[list[str]], int] | None = None, gpu: Callable[[], bo
         run = pip or (lambda args: subprocess.call([sys.executable, "-m", "pip", "install", "--quiet", *args]))
         status = run(to_install)
         what = ", ".join(s for s in to_install if not s.startswith("torch=="))
-        lines.append(f"Installed what this runtime lacked: {what}." if status == 0 else f"⚠ Could not install {what}.")
-    if "torch" in missing:
-        found = f"torch {missing['torch']}" if missing["torch"] else "no torch"
         lines.append(
-            f"⚠ This runtime has {found}; the course needs {_spec('torch', needs['torch'])}. Chapters may fail. "
-            f"To upgrade (a download of several GiB): %pip install -U '{_spec('torch', needs['torch'])}', then restart the runtime."
+            (
+                _("Installed what this runtime lacked: {what}.") if status == 0 else _("⚠ Could not install {what}.")
+            ).format(what=what)
+        )
+    if "torch" in missing:
+        found = f"torch {missing['torch']}" if missing["torch"] else _("no torch")
+        lines.append(
+            _(
+                "⚠ This runtime has {found}; the course needs {spec}. Chapters may fail. "
+                "To upgrade (a download of several GiB): %pip install -U '{spec}', then restart the runtime."
+            ).format(found=found, spec=_spec("torch", needs["torch"]))
         )
     else:
         has_gpu = gpu() if gpu else _cuda()
-        lines.append(
-            f"✓ Course package ready, with this runtime's torch {have['torch']} "
-            + (
-                "and its GPU."
-                if has_gpu
-                else "on the CPU (no GPU here: every chapter runs; for live GPU experiments pick a GPU runtime)."
+        ready = (
+            _("✓ Course package ready, with this runtime's torch {version} and its GPU.")
+            if has_gpu
+            else _(
+                "✓ Course package ready, with this runtime's torch {version} on the CPU "
+                "(no GPU here: every chapter runs; for live GPU experiments pick a GPU runtime)."
             )
         )
+        lines.append(ready.format(version=have["torch"]))
     for line in lines:
         print(line)
     return lines

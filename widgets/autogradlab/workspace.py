@@ -32,6 +32,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autogradlab.i18n import _
+
 LEARNER_DIR = "my-chapters"
 MANIFEST = ".course-versions.json"
 PATTERN = "[0-9][0-9]_*.ipynb"
@@ -46,11 +48,14 @@ class Sync:
     kept: list[str] = field(default_factory=list)  # changed by the learner AND by the course: the learner's kept
 
     def lines(self, course: Path) -> list[str]:
-        out = [f"copied {name}" for name in self.copied] + [
-            f"updated {name} (you had not changed it)" for name in self.updated
+        out = [_("copied {name}").format(name=name) for name in self.copied] + [
+            _("updated {name} (you had not changed it)").format(name=name) for name in self.updated
         ]
         out += [
-            f"kept your {name}: the course changed it too; its new version is {course / name}" for name in self.kept
+            _("kept your {name}: the course changed it too; its new version is {path}").format(
+                name=name, path=course / name
+            )
+            for name in self.kept
         ]
         return out
 
@@ -99,12 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     root = None if args.course and args.to else _checkout(Path.cwd())
     course, learner = args.course or root / "chapters", args.to or root / LEARNER_DIR
     if not any(course.glob(PATTERN)):
-        print(f"workspace: no chapters in {course}", file=sys.stderr)
+        print("workspace: " + _("no chapters in {course}").format(course=course), file=sys.stderr)
         return 2
     result = sync(course, learner)
     for line in result.lines(course):
         print(f"workspace: {line}")
-    print(f"workspace: your chapters are in {learner} (git does not track them; a course update never overwrites them)")
+    print(
+        "workspace: "
+        + _("your chapters are in {folder} (git does not track them; a course update never overwrites them)").format(
+            folder=learner
+        )
+    )
     return 0
 
 

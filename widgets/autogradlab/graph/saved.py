@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from autogradlab import torch_internals as internals
+from autogradlab.i18n import _
 from autogradlab.tracebacks import is_kind, stale_versions
 
 
@@ -44,20 +45,33 @@ def inplace_op_name(grad_fn_name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower() + "_"
 
 
+def _stale(then: int, now: int, op: str | None = None) -> str:
+    """Why a saved tensor is stale, for the learner (after the ``STALE: `` prefix the view and tests read)."""
+    if op:
+        return _("changed in place by {op} after it was saved (version {then} → {now}); backward will raise").format(
+            op=op, then=then, now=now
+        )
+    return _("changed in place after it was saved (version {then} → {now}); backward will raise").format(
+        then=then, now=now
+    )
+
+
 def _one(name: str, saved: Any, fn: Any = None) -> RawSaved | None:
     if internals.saved_unpack_hook(saved) is not None:
         # A saved_tensors_hooks pack hook decided what is stored; unpacking would run the
         # learner's unpack hook (side effects), and PyTorch skips the version check anyway.
         data = internals.saved_data(saved)
         tensor = data if isinstance(data, torch.Tensor) else None
-        return RawSaved(name, tensor, "ok", note="packed by a saved_tensors_hooks pack hook")
+        return RawSaved(name, tensor, "ok", note=_("packed by a saved_tensors_hooks pack hook"))
     try:
         # Reading the attribute unpacks the way backward does (and knows which node saved an output);
         # list entries are unpacked one by one so one stale entry does not hide the others.
         unpacked = internals.unpack_saved(fn, name) if fn is not None else internals.unpack_raw(saved)
     except RuntimeError as exc:
         if is_kind(exc, "freed"):
-            return RawSaved(name, None, "freed", note="freed by backward (call backward(retain_graph=True) to keep it)")
+            return RawSaved(
+                name, None, "freed", note=_("freed by backward (call backward(retain_graph=True) to keep it)")
+            )
         versions = stale_versions(exc)
         if versions is None:
             raise
@@ -66,8 +80,7 @@ def _one(name: str, saved: Any, fn: Any = None) -> RawSaved | None:
         op = None
         if isinstance(data, torch.Tensor) and data.grad_fn is not None:
             op = inplace_op_name(data.grad_fn.name().removeprefix("torch::autograd::"))
-        by = f" by {op}" if op else ""
-        note = f"STALE: changed in place{by} after it was saved (version {then} → {now}); backward will raise"
+        note = "STALE: " + _stale(then, now, op)
         return RawSaved(name, data if isinstance(data, torch.Tensor) else None, "stale", then, now, op, note)
     if unpacked is None:  # an optional input that was not given (e.g. a LayerNorm without weight)
         return None
@@ -127,7 +140,7 @@ def _custom_items(fn: Any, raw: Any) -> list[RawSaved]:
     # ctx.saved_tensors unpacks them all the way backward will; only if that fails do we look
     # item by item (SavedTensor.unpack() cannot unpack a saved output without its node).
     try:
-        _ = fn.saved_tensors  # raises as backward would when one is stale
+        fn.saved_tensors  # noqa: B018 (raises as backward would when one is stale)
         problem = None
     except RuntimeError as exc:
         problem = stale_versions(exc)
@@ -144,7 +157,7 @@ def _custom_items(fn: Any, raw: Any) -> list[RawSaved]:
             continue
         now, then = problem or (None, None)
         if problem and internals.version(data) == now:
-            note = f"STALE: changed in place after it was saved (version {then} → {now}); backward will raise"
+            note = "STALE: " + _stale(then, now)
             items.append(RawSaved(name, data, "stale", then, now, None, note))
         else:
             items.append(RawSaved(name, data, "ok"))

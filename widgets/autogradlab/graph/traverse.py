@@ -18,6 +18,7 @@ from autogradlab import torch_internals as internals
 from autogradlab.graph.model import Edge, Graph, Node, Saved, format_shape
 from autogradlab.graph.nogc import paused_gc
 from autogradlab.graph.saved import saved_of
+from autogradlab.i18n import _
 from autogradlab.units import format_bytes
 
 _CPP_PREFIX = "torch::autograd::"
@@ -35,7 +36,7 @@ def as_outputs(output: Any) -> list[torch.Tensor]:
     if not items:
         raise ValueError("capture() needs at least one tensor; got an empty tuple.")
     for i, item in enumerate(items):
-        where = f"output {i}" if len(items) > 1 else "this value"
+        where = _("output {index}").format(index=i) if len(items) > 1 else _("this value")
         problem = describe_ungraphable(item)
         if problem:
             raise (TypeError if not isinstance(item, torch.Tensor) else ValueError)(f"{where}: {problem}")
@@ -46,25 +47,25 @@ def describe_ungraphable(value: Any) -> str | None:
     """Why ``value`` has no autograd graph to draw, in a learner's words, or None if it has one."""
     if isinstance(value, bool) or not isinstance(value, (torch.Tensor, int, float, complex)):
         if isinstance(value, (list, tuple)):
-            return "a list/tuple is not a tensor: `.tolist()` copies the values out of the graph."
-        return f"expected a tensor with a grad_fn, got a {type(value).__name__}."
+            return _("a list/tuple is not a tensor: `.tolist()` copies the values out of the graph.")
+        return _("expected a tensor with a grad_fn, got a {type}.").format(type=type(value).__name__)
     if not isinstance(value, torch.Tensor):
-        return (
-            f"this is a plain Python {type(value).__name__} ({value!r}), not a tensor: `.item()`, `float()` or "
+        return _(
+            "this is a plain Python {type} ({value}), not a tensor: `.item()`, `float()` or "
             "`.tolist()` copy the value out of the graph, and nothing before them can get a gradient."
-        )
+        ).format(type=type(value).__name__, value=repr(value))
     if value.grad_fn is not None:
         return None
     if value.requires_grad:
-        return (
-            f"this tensor {format_shape(tuple(value.shape))} is a leaf: you created it (requires_grad=True), "
+        return _(
+            "this tensor {shape} is a leaf: you created it (requires_grad=True), "
             "no operation did, so it has no grad_fn and there is no graph above it. Capture a result computed from it."
-        )
-    return (
-        f"this tensor {format_shape(tuple(value.shape))} has no grad_fn and does not require grad: it was computed "
+        ).format(shape=format_shape(tuple(value.shape)))
+    return _(
+        "this tensor {shape} has no grad_fn and does not require grad: it was computed "
         "under torch.no_grad(), from `.detach()`/`.data`, from tensors that do not require grad, or rebuilt with "
         "torch.tensor(...). No graph was recorded."
-    )
+    ).format(shape=format_shape(tuple(value.shape)))
 
 
 def _named_params(params: Any) -> list[tuple[str, torch.Tensor]]:
@@ -102,14 +103,14 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
         found.append(fn)
         nexts = fn.next_functions
         next_of.append(nexts)
-        for child, _ in reversed(nexts):
+        for child, _slot in reversed(nexts):
             if child is not None and child not in index:
                 stack.append(child)
     # Engine order: a node runs once all its consumers ran; among ready nodes the one created
     # last in the forward pass first (AccumulateGrad has the largest sequence number).
     consumers = [0] * len(found)
     for nexts in next_of:
-        for child, _ in nexts:
+        for child, _slot in nexts:
             if child is not None:
                 consumers[index[child]] += 1
     for t in outputs:
@@ -125,7 +126,7 @@ def walk(outputs: list[torch.Tensor]) -> tuple[list[Any], list[list[tuple[int | 
     while ready:
         _, i = heapq.heappop(ready)
         order.append(i)
-        for child, _ in next_of[i]:
+        for child, _slot in next_of[i]:
             if child is not None:
                 c = index[child]
                 consumers[c] -= 1
@@ -245,7 +246,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
     # A named parameter's memory exists anyway, even when the graph only saw it through .detach().
     leaf_notes: dict[int, str] = {}
     for pname, tensor in named:
-        ptr, _, _ = storage_of(tensor)
+        ptr, _nbytes, _note = storage_of(tensor)
         if ptr is not None:
             leaf_storage_names.setdefault(ptr, pname)
     for i, variable in leaf_vars.items():
@@ -276,7 +277,7 @@ def _capture(outputs: list[torch.Tensor], named: list[tuple[str, torch.Tensor]])
             node.note = leaf_notes.get(i, "")
         elif meta:
             node.shape, node.dtype = shapes[0], meta[0].dtype
-        node.inputs_without_grad = sum(1 for child, _ in children[i] if child is None)
+        node.inputs_without_grad = sum(1 for child, _slot in children[i] if child is None)
         node.saved = [_to_saved(raw, storages) for raw in saved_of(fn)] if i not in leaf_vars else []
         nodes.append(node)
 

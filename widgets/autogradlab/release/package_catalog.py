@@ -164,17 +164,26 @@ def _mo_messages(path: Path) -> dict[str, str]:
 
 
 def _f_strings(path: Path, root: Path) -> list[str]:
-    """``module:line`` of each ``_(f"...")``: its text is not known before it runs, so it has no translation."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [
-        f"{path.relative_to(root).as_posix()}:{node.lineno}: _() wraps an f-string (use named fields and .format)"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in KEYWORDS
-        and node.args
-        and isinstance(node.args[0], ast.JoinedStr)
-    ]
+    """``module:line`` of each ``_(f"...")`` and of each ``_()`` inside an f-string: neither gets a translation.
+
+    An f-string's text is not known before it runs; Babel does not look inside f-strings for ``_()``.
+    """
+    where = path.relative_to(root).as_posix()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if _marks(node) and node.args and isinstance(node.args[0], ast.JoinedStr):
+            found.append(f"{where}:{node.lineno}: _() wraps an f-string (use named fields and .format)")
+        elif isinstance(node, ast.JoinedStr):
+            found += [
+                f"{where}:{inner.lineno}: _() of a literal inside an f-string is not extracted (call it outside)"
+                for inner in ast.walk(node)
+                if _marks(inner) and inner.args and isinstance(inner.args[0], ast.Constant)
+            ]
+    return list(dict.fromkeys(found))  # an f-string's format spec is an f-string of its own: seen twice
+
+
+def _marks(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in KEYWORDS
 
 
 def problems(root: Path, lang: str = "zh") -> list[str]:

@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 BLUE, ORANGE, GREEN, RED, PURPLE, GRAY = "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#7f7f7f"
@@ -55,8 +56,12 @@ def escape(text: str) -> str:
 
 
 def text_width(text: str, size: float = FONT_SIZE) -> float:
-    """A generous estimate of the width of ``text`` in a sans-serif font (for layout: legends, margins)."""
-    return 0.62 * size * len(text)
+    """A generous estimate of the width of ``text`` in a sans-serif font (for layout: legends, margins).
+
+    A wide character (Chinese) is about one em, the others about 0.62 em.
+    """
+    wide = sum(unicodedata.east_asian_width(c) in "WF" for c in text)
+    return 0.62 * size * (len(text) - wide) + size * wide
 
 
 def number(value: float, digits: int = 3) -> str:

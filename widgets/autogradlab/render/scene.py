@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from autogradlab.graph.groups import module_groups
 from autogradlab.graph.model import Graph, Node, Saved, dtype_name, format_shape
 from autogradlab.graph.saved_bytes import distinct_bytes
+from autogradlab.i18n import _
 from autogradlab.render import style
 from autogradlab.units import format_bytes
 
@@ -94,20 +95,22 @@ def _node_box(node: Node, shapes: bool, saved: bool) -> Box:
         if shapes:
             second += " " + _shape_text(node.shape, node.dtype)
         lines = [node.name, second]
-        tip = f"{node.name}: backward adds the gradient into {(node.param_name or 'this leaf')}.grad"
+        tip = _("{node}: backward adds the gradient into {leaf}.grad").format(
+            node=node.name, leaf=node.param_name or _("this leaf")
+        )
     else:
         kind = node.kind
         lines = [node.name] + ([_shape_text(node.shape, node.dtype)] if shapes and node.shape is not None else [])
-        tip = f"{node.name}: forward result {_shape_text(node.shape, node.dtype)}"
+        tip = _("{node}: forward result {shape}").format(node=node.name, shape=_shape_text(node.shape, node.dtype))
         if len(node.output_shapes) > 1:
-            tip += (
-                f" (one of {len(node.output_shapes)} outputs: " + ", ".join(map(format_shape, node.output_shapes)) + ")"
+            tip += _(" (one of {count} outputs: {shapes})").format(
+                count=len(node.output_shapes), shapes=", ".join(map(format_shape, node.output_shapes))
             )
     if node.saved and saved:
-        tip += "\nsaved for backward:\n" + "\n".join("  " + s.describe() for s in node.saved)
+        tip += "\n" + _("saved for backward:") + "\n" + "\n".join("  " + s.describe() for s in node.saved)
     if node.inputs_without_grad:
-        tip += (
-            f"\n{node.inputs_without_grad} input(s) need no gradient (next_functions holds None): no grad needed here"
+        tip += "\n" + _("{count} input(s) need no gradient (next_functions holds None): no grad needed here").format(
+            count=node.inputs_without_grad
         )
     box = Box(kind, lines, [node.id], tooltip=tip, no_grad=node.inputs_without_grad)
     if saved:
@@ -119,15 +122,17 @@ def _node_box(node: Node, shapes: bool, saved: bool) -> Box:
 def _group_box(name: str, members: list[Node], saved: bool) -> Box:
     ops = sum(n.kind == "op" for n in members)
     leaves = sum(n.kind == "leaf" for n in members)
-    lines = [f"▸ {name}", f"{ops} ops · {leaves} leaves"]
+    lines = [f"▸ {name}", _("{ops} ops · {leaves} leaves").format(ops=ops, leaves=leaves)]
     records = [s for n in members for s in n.saved]
     stale = sum(s.state == "stale" for s in records)
     if saved:
         held = distinct_bytes(
             (s.storage, s.storage_nbytes) for s in records if s.state != "freed" and s.leaf_name is None
         )
-        lines.append(f"saved {format_bytes(held)}" + (f" · {stale} STALE" if stale else ""))
-    tip = f"module group {name}: {len(members)} nodes, collapsed (expand it to see them)"
+        lines.append(_("saved {size}").format(size=format_bytes(held)) + (f" · {stale} STALE" if stale else ""))
+    tip = _("module group {name}: {count} nodes, collapsed (expand it to see them)").format(
+        name=name, count=len(members)
+    )
     return Box("group", lines, [n.id for n in members], tooltip=tip, classes="stale" if stale else "")
 
 
@@ -187,7 +192,9 @@ def build_scene(
         box.classes = " ".join(classes)
         box.note = " ".join(notes[i] for i in ids if i in notes) if len(ids) == 1 else ""
         if box.no_grad and len(boxes) <= STUB_TEXT_MAX_BOXES:
-            box.stub_text = "no grad needed" if box.no_grad == 1 else f"{box.no_grad}× no grad needed"
+            box.stub_text = (
+                _("no grad needed") if box.no_grad == 1 else _("{count}× no grad needed").format(count=box.no_grad)
+            )
     shared = _mark_shared_storage(boxes)
     _measure(boxes, reserve)
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import unicodedata
+
+from autogradlab.i18n import N_
+
 FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 FONT_SIZE = 12
 SMALL_SIZE = 10
@@ -29,14 +33,14 @@ HIGHLIGHT = "#e8590c"
 VISITED_FILL = "#ffe8cc"
 NOTE = "#d9480f"
 
-LEGEND = [
-    ("output", "output tensor"),
-    ("op", "backward op"),
-    ("param", "parameter (leaf)"),
-    ("leaf", "other leaf"),
-    ("saved-ok", "saved tensor"),
-    ("saved-stale", "stale (changed in place)"),
-    ("saved-freed", "freed by backward"),
+LEGEND = [  # shown through autogradlab.i18n._ (the legend is drawn in the learner's language)
+    ("output", N_("output tensor")),
+    ("op", N_("backward op")),
+    ("param", N_("parameter (leaf)")),
+    ("leaf", N_("other leaf")),
+    ("saved-ok", N_("saved tensor")),
+    ("saved-stale", N_("stale (changed in place)")),
+    ("saved-freed", N_("freed by backward")),
 ]
 
 
@@ -75,7 +79,17 @@ CSS = f"""
 
 
 def text_width(text: str, small: bool = False) -> float:
-    return len(text) * (SMALL_CHAR_W if small else CHAR_W)
+    """The width of ``text`` in the monospace font; a wide (CJK) character takes two columns."""
+    return columns(text) * (SMALL_CHAR_W if small else CHAR_W)
+
+
+def columns(text: str) -> int:
+    """How many monospace columns ``text`` takes: two for each wide or full-width character (Chinese), else one.
+
+    >>> columns("saved"), columns("保存的 tensor")
+    (5, 13)
+    """
+    return len(text) + sum(unicodedata.east_asian_width(c) in "WF" for c in text)
 
 
 def escape(text: str) -> str:

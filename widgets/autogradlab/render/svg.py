@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 
+from autogradlab.i18n import _
 from autogradlab.render import style
 from autogradlab.render.layout import Layout
 from autogradlab.render.scene import Box, Scene
@@ -28,7 +29,10 @@ def _legend(kinds: list[tuple[str, str]], width: float, direction: str) -> tuple
     out: list[str] = []
     x, y = 0.0, 0.0
     items = kinds + [
-        ("arrow", "arrows: gradient flow (backward)" if direction == "backward" else "arrows: data flow (forward)")
+        (
+            "arrow",
+            _("arrows: gradient flow (backward)") if direction == "backward" else _("arrows: data flow (forward)"),
+        )
     ]
     for kind, text in items:
         item_w = 22 + style.text_width(text, small=True) + 14
@@ -106,11 +110,13 @@ def write_svg(scene: Scene, layout: Layout, *, direction: str = "backward", lege
     head: list[str] = []
     legend_h = 0.0
     if legend:
-        kinds = list(style.LEGEND) + ([("group", "module group (collapsed)")] if scene.collapsed else [])
+        kinds = [(kind, _(text)) for kind, text in style.LEGEND]
+        if scene.collapsed:
+            kinds.append(("group", _("module group (collapsed)")))
         if scene.shared:
-            kinds.append(("shared", "≡k: one storage, held once"))
+            kinds.append(("shared", _("≡k: one storage, held once")))
         if any(b.no_grad for b in scene.boxes):
-            kinds.append(("nograd", "input that needs no grad (None in next_functions)"))
+            kinds.append(("nograd", _("input that needs no grad (None in next_functions)")))
         head, legend_h = _legend(kinds, max(width - 2 * MARGIN, MIN_LEGEND_WIDTH), direction)
         width = max(width, MIN_LEGEND_WIDTH + 2 * MARGIN)
     height = layout.height + legend_h + 2 * MARGIN + 16  # room for no-grad stubs below the last row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from autogradlab.i18n import _
 from autogradlab.models.token_accumulation import (
     DTYPES,
     REDUCTIONS,
@@ -45,17 +46,17 @@ class AccumulationLab(StaticFallback, w.VBox):
         self.k = w.SelectionSlider(
             options=options,
             value=accum_steps if accum_steps in options else options[0],
-            description="K (micro-batches)",
+            description=_("K (micro-batches)"),
             continuous_update=True,
             style={"description_width": "initial"},
         )
-        self.reduction = w.Dropdown(options=list(REDUCTIONS), value=reduction, description="reduction")
+        self.reduction = w.Dropdown(options=list(REDUCTIONS), value=reduction, description=_("reduction"))
         self.spread = w.FloatSlider(
             value=spread,
             min=0.0,
             max=1.0,
             step=0.25,
-            description="length spread",
+            description=_("length spread"),
             continuous_update=True,
             style={"description_width": "initial"},
         )
@@ -93,7 +94,7 @@ class AccumulationLab(StaticFallback, w.VBox):
                 results = self._results()
                 tokens, window = self._micro_tokens()
         except ValueError as exc:  # a setting the model cannot run: say so
-            self.message.value = message_html(f"Cannot compute this setting: {exc}")
+            self.message.value = message_html(_("Cannot compute this setting: {error}").format(error=exc))
             self.picture.value = self.readout.value = ""
             return
         current = next(r for r in results if r.accum_steps == self.k.value)
@@ -102,9 +103,9 @@ class AccumulationLab(StaticFallback, w.VBox):
         shown = ", ".join(map(str, tokens[:8])) + (", …" if len(tokens) > 8 else "")
         self.readout.value = readout(
             f"K = {current.accum_steps}, {current.reduction}, {current.dtype}",
-            f"<b>relative error {current.relative_error:.2e}</b>",
-            f"<b>effective learning-rate factor {current.lr_factor:.2f}</b>",
-            f"Loss tokens per micro-batch: {shown} (window: {window}).",
+            _("<b>relative error {error:.2e}</b>").format(error=current.relative_error),
+            _("<b>effective learning-rate factor {factor:.2f}</b>").format(factor=current.lr_factor),
+            _("Loss tokens per micro-batch: {tokens} (window: {window}).").format(tokens=shown, window=window),
         )
 
     @staticmethod
@@ -115,10 +116,10 @@ class AccumulationLab(StaticFallback, w.VBox):
             80,
             4,
             [
-                ("line", BLUE, "every K"),
-                ("marker", CRIMSON, "your K"),
-                ("line", GRAY, "1 (right)", "5 4"),
-                ("line", GRAY, "K (not divided by K)", "2 3"),
+                ("line", BLUE, _("every K")),
+                ("marker", CRIMSON, _("your K")),
+                ("line", GRAY, _("1 (right)"), "5 4"),
+                ("line", GRAY, _("K (not divided by K)"), "2 3"),
             ],
         )
         x_ticks = [(k, str(k)) for k in ks]
@@ -129,11 +130,11 @@ class AccumulationLab(StaticFallback, w.VBox):
         left.line(ks, errors, color=BLUE)
         left.markers(ks, errors, color=BLUE, size=3.5)
         left.markers([current.accum_steps], [max(current.relative_error, FLOOR)], color=CRIMSON, size=6)
-        y_ticks = [(FLOOR, "exact 0")] + [(10.0**e, power(10, e)) for e in (-15, -10, -5, 0)]
+        y_ticks = [(FLOOR, _("exact 0"))] + [(10.0**e, power(10, e)) for e in (-15, -10, -5, 0)]
         left.axes(
-            xlabel="K (micro-batches per step)",
+            xlabel=_("K (micro-batches per step)"),
             ylabel="‖g_acc − g_full‖ / ‖g_full‖",
-            title="relative error of the accumulated gradient",
+            title=_("relative error of the accumulated gradient"),
             xticks=x_ticks,
             yticks=y_ticks,
         )
@@ -147,9 +148,9 @@ class AccumulationLab(StaticFallback, w.VBox):
         right.line(ks, ks, color=GRAY, dash="2 3", width=1.4)
         right.markers([current.accum_steps], [current.lr_factor], color=CRIMSON, size=6)
         right.axes(
-            xlabel="K (micro-batches per step)",
-            ylabel="c in g_acc ≈ c · g_full",
-            title="effective learning-rate factor",
+            xlabel=_("K (micro-batches per step)"),
+            ylabel=_("c in g_acc ≈ c · g_full"),
+            title=_("effective learning-rate factor"),
             xticks=x_ticks,
         )
         return chart.svg()

@@ -21,8 +21,10 @@ import html
 import ipywidgets as w
 import torch
 
+from autogradlab.i18n import N_, _
+
 ERROR_COLOR = "#b00020"
-BUG = "This view hit a bug"  # the corner-sweep test looks for it: it must never appear
+BUG = N_("This view hit a bug")  # the corner-sweep test looks for it: it must never appear
 PICTURE_CLASS = "agl-picture"  # the browser test finds each view's picture by it
 
 
@@ -81,8 +83,9 @@ def never_raises(redraw):
             return redraw(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 (shown, never swallowed silently)
             self.message.value = message_html(
-                f"{BUG}: {html.escape(type(exc).__name__)}: {html.escape(str(exc))}. "
-                "Please report it with the settings above."
+                _("{bug}: {error}: {message}. Please report it with the settings above.").format(
+                    bug=_(BUG), error=html.escape(type(exc).__name__), message=html.escape(str(exc))
+                )
             )
             self.picture.value = ""
             if hasattr(self, "readout"):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import ipywidgets as w
 
 from autogradlab.graph.model import dtype_name, format_shape
+from autogradlab.i18n import _
 from autogradlab.models.compiled import MODELS, OPTIONS, Comparison, compare
 from autogradlab.units import format_bytes
 from autogradlab.views.common import message_html, never_raises, picture, readout
@@ -41,9 +42,9 @@ class CompileView(StaticFallback, w.VBox):
         self.comparisons = dict(comparisons or {(m, o): compare(m, o) for m in MODELS for o in OPTIONS})
         models = list(dict.fromkeys(m for m, _ in self.comparisons))
         options = list(dict.fromkeys(o for _, o in self.comparisons))
-        self.model_picker = w.ToggleButtons(options=models, value=model, description="model")
+        self.model_picker = w.ToggleButtons(options=models, value=model, description=_("model"))
         self.option_picker = w.ToggleButtons(
-            options=options, value=option, description="compiled", style={"button_width": "auto"}
+            options=options, value=option, description=_("compiled"), style={"button_width": "auto"}
         )
         self.message = w.HTML()
         self.readout = w.HTML()
@@ -61,24 +62,32 @@ class CompileView(StaticFallback, w.VBox):
         key = (self.model_picker.value, self.option_picker.value)
         c = self.comparisons.get(key)
         if c is None:
-            self.message.value = message_html(f"No comparison for {html.escape(str(key))} was computed.")
+            self.message.value = message_html(
+                _("No comparison for {key} was computed.").format(key=html.escape(str(key)))
+            )
             self.readout.value = self.picture.value = ""
             return
         self.message.value = ""
         eager_new = sum(1 for r in c.eager if r.source == "new")
         compiled_new = sum(1 for v in c.compiled.saved if v.source == "new")
         self.readout.value = readout(
-            f"eager saves <b>{format_bytes(c.eager_bytes)}</b> ({eager_new} new tensors)",
-            f"compiled saves <b>{format_bytes(c.compiled_bytes)}</b> ({compiled_new} new values)",
-            f"backward recomputes <b>{len(c.compiled.recomputed)}</b> ops",
-            f"matmul FLOPs forward+backward: eager {c.eager_flops:,}, compiled {c.compiled_flops:,}",
+            _("eager saves <b>{size}</b> ({count} new tensors)").format(
+                size=format_bytes(c.eager_bytes), count=eager_new
+            ),
+            _("compiled saves <b>{size}</b> ({count} new values)").format(
+                size=format_bytes(c.compiled_bytes), count=compiled_new
+            ),
+            _("backward recomputes <b>{count}</b> ops").format(count=len(c.compiled.recomputed)),
+            _("matmul FLOPs forward+backward: eager {eager:,}, compiled {compiled:,}").format(
+                eager=c.eager_flops, compiled=c.compiled_flops
+            ),
         )
         self.picture.value = self._tables(c)
 
     @staticmethod
     def _tables(c: Comparison) -> str:
         def table(title: str, rows: list[tuple[str, tuple, object, int, str]]) -> str:
-            head = "".join(f"<th style='{_CELL}'>{h}</th>" for h in ("saved", "shape", "dtype", "bytes", ""))
+            head = "".join(f"<th style='{_CELL}'>{h}</th>" for h in (_("saved"), _("shape"), "dtype", _("bytes"), ""))
             body = "".join(
                 f"<tr style='{'' if source == 'new' else _FREE}'>"
                 + "".join(
@@ -94,15 +103,21 @@ class CompileView(StaticFallback, w.VBox):
         compiled = [(v.name, v.shape, v.dtype, v.nbytes, v.source) for v in c.compiled.saved]
         chips = "".join(f"<span style='{_RECOMPUTED}'>{html.escape(op)}</span>" for op in c.compiled.recomputed)
         recomputed = (
-            f"<div style='margin-top:6px'><b>recomputed in backward</b> ({len(c.compiled.recomputed)} ops, "
-            f"{c.compiled.recomputed_flops:,} matmul FLOPs): {chips or 'nothing'}</div>"
+            "<div style='margin-top:6px'>"
+            + _("<b>recomputed in backward</b> ({count} ops, {flops:,} matmul FLOPs): {chips}").format(
+                count=len(c.compiled.recomputed), flops=c.compiled.recomputed_flops, chips=chips or _("nothing")
+            )
+            + "</div>"
         )
         return (
             "<div style='display:flex;flex-wrap:wrap;align-items:flex-start;font-size:12px'>"
-            + table("eager: saved by each backward node", eager)
-            + table(f"compiled ({html.escape(c.option)}): saved by the forward graph", compiled)
+            + table(_("eager: saved by each backward node"), eager)
+            + table(_("compiled ({option}): saved by the forward graph").format(option=html.escape(c.option)), compiled)
             + "</div>"
             + recomputed
-            + f"<div style='{_FREE};font-size:11px'>grey: a parameter, the input batch or a view of one: memory that "
-            "exists anyway, not counted in the totals.</div>"
+            + f"<div style='{_FREE};font-size:11px'>"
+            + _(
+                "grey: a parameter, the input batch or a view of one: memory that exists anyway, not counted in the totals."
+            )
+            + "</div>"
         )

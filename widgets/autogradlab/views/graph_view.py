@@ -9,6 +9,7 @@ from typing import Any
 import ipywidgets as w
 
 from autogradlab.graph import BackwardRecord, Graph, capture, describe_ungraphable, format_shape, record_backward
+from autogradlab.i18n import _
 from autogradlab.render import MAX_NODES, build_scene, to_svg
 from autogradlab.units import format_bytes
 from autogradlab.views.common import PICTURE_CLASS, never_raises
@@ -52,31 +53,34 @@ class GraphView(StaticFallback, w.VBox):
         self._quiet = False  # True while show() sets controls: one redraw at its end, not one per control
         # width auto: each control as wide as its content, so "arrows" stays on the line of its buttons
         self.saved_box = w.Checkbox(
-            value=saved, description="saved tensors", indent=False, layout=w.Layout(width="auto", margin="0 24px 0 0")
+            value=saved,
+            description=_("saved tensors"),
+            indent=False,
+            layout=w.Layout(width="auto", margin="0 24px 0 0"),
         )
         self.shapes_box = w.Checkbox(
-            value=shapes, description="shapes", indent=False, layout=w.Layout(width="auto", margin="0 24px 0 0")
+            value=shapes, description=_("shapes"), indent=False, layout=w.Layout(width="auto", margin="0 24px 0 0")
         )
         # The label is a widget of its own: a ToggleButtons description wraps above the buttons when space is short.
         self.direction = w.ToggleButtons(
-            options=[("gradient flow", "backward"), ("data flow", "forward")],
+            options=[(_("gradient flow"), "backward"), (_("data flow"), "forward")],
             value=direction,
             layout=w.Layout(width="auto"),
             style={"button_width": "110px"},
         )
-        arrows = w.Label("arrows:", layout=w.Layout(width="auto", margin="0 6px 0 0"))
+        arrows = w.Label(_("arrows:"), layout=w.Layout(width="auto", margin="0 6px 0 0"))
         self.step = w.IntSlider(
             value=0,
             min=0,
             max=0,
-            description="backward step",
+            description=_("backward step"),
             continuous_update=True,
             style={"description_width": "initial"},
         )
-        self.prev_button = w.Button(description="◀", tooltip="previous backward step", layout=w.Layout(width="40px"))
-        self.next_button = w.Button(description="▶", tooltip="next backward step", layout=w.Layout(width="40px"))
-        self.rebuild_button = w.Button(description="↻ rebuild graph", tooltip="run the function again")
-        self.expand = w.SelectMultiple(options=[], description="expand", rows=4)
+        self.prev_button = w.Button(description="◀", tooltip=_("previous backward step"), layout=w.Layout(width="40px"))
+        self.next_button = w.Button(description="▶", tooltip=_("next backward step"), layout=w.Layout(width="40px"))
+        self.rebuild_button = w.Button(description=_("↻ rebuild graph"), tooltip=_("run the function again"))
+        self.expand = w.SelectMultiple(options=[], description=_("expand"), rows=4)
         self.message = w.HTML()
         # At most about a screen high (it scrolls inside), so the step text above stays in view while stepping.
         self.picture = w.HTML(
@@ -124,11 +128,13 @@ class GraphView(StaticFallback, w.VBox):
             try:
                 output = self._builder()
             except Exception as exc:  # the learner's function failed: say so, in the view
-                self._fail(f"Building the graph raised {type(exc).__name__}: {exc}")
+                self._fail(
+                    _("Building the graph raised {error}: {message}").format(error=type(exc).__name__, message=exc)
+                )
                 return
         problem = self._describe_problem(output)
         if problem:
-            self._fail(f"Nothing to draw: {problem}")
+            self._fail(_("Nothing to draw: {problem}").format(problem=problem))
             return
         try:
             self.graph = capture(output, params=self.params)
@@ -184,17 +190,22 @@ class GraphView(StaticFallback, w.VBox):
         lines = []
         for node, saved in self.graph.stale:
             lines.append(
-                f"⚠ <b>{html.escape(node.name)}</b> saved <code>{html.escape(saved.name)}</code>, "
-                f"which was {html.escape(saved.note.removeprefix('STALE: '))}."
+                _("⚠ <b>{node}</b> saved <code>{saved}</code>, which was {why}.").format(
+                    node=html.escape(node.name),
+                    saved=html.escape(saved.name),
+                    why=html.escape(saved.note.removeprefix("STALE: ")),
+                )
             )
         if self.graph.freed:
             lines.append(
-                "⚠ This graph was already freed by <code>backward()</code>: its saved tensors are gone, so "
-                "backward cannot run through it again. Re-run the cell that builds it (or call "
-                "<code>backward(retain_graph=True)</code> to keep it)."
+                _(
+                    "⚠ This graph was already freed by <code>backward()</code>: its saved tensors are gone, so "
+                    "backward cannot run through it again. Re-run the cell that builds it (or call "
+                    "<code>backward(retain_graph=True)</code> to keep it)."
+                )
             )
         elif self.record and self.record.error:
-            lines.append(f"Backward fails here: <code>{html.escape(self.record.error)}</code>")
+            lines.append(_("Backward fails here: <code>{error}</code>").format(error=html.escape(self.record.error)))
         if not lines:
             return ""
         return '<div style="color:#c92a2a">' + "<br>".join(lines) + "</div>"
@@ -206,17 +217,19 @@ class GraphView(StaticFallback, w.VBox):
         live = [s for _, s in pairs if s.state != "freed"]
         storages = {s.storage for s in live if s.storage is not None}
         total, activations = g.saved_bytes(), g.activation_bytes()
-        text = (
-            f"<b>Saved for backward:</b> {len(live)} tensors in {len(storages)} storages, "
-            f"{format_bytes(total)} (shared storage counted once); {format_bytes(activations)} of it exists only "
-            f"for backward (activations), the rest is parameters or inputs you hold anyway."
+        text = _(
+            "<b>Saved for backward:</b> {tensors} tensors in {storages} storages, "
+            "{total} (shared storage counted once); {activations} of it exists only "
+            "for backward (activations), the rest is parameters or inputs you hold anyway."
+        ).format(
+            tensors=len(live), storages=len(storages), total=format_bytes(total), activations=format_bytes(activations)
         )
         # No single storage to count: packed by a saved_tensors_hooks hook (checkpointing, offloading),
         # or sparse, meta or nested tensors. Each Saved.note says which, so the view repeats the notes.
         uncounted = [s for s in live if s.storage is None]
         if uncounted:
-            notes = sorted({s.note or "no storage" for s in uncounted})
-            text += f" Not counted here, {len(uncounted)} saved tensor(s): " + "; ".join(
+            notes = sorted({s.note or _("no storage") for s in uncounted})
+            text += _(" Not counted here, {count} saved tensor(s): ").format(count=len(uncounted)) + "; ".join(
                 html.escape(n.removesuffix("; not in the memory totals")) for n in notes[:3]
             )
             text += " …" if len(notes) > 3 else "."
@@ -258,23 +271,24 @@ class GraphView(StaticFallback, w.VBox):
         if not steps:
             return ""
         if k == 0:
-            text = (
-                f"Before backward. Move the slider or press ▶: backward runs {len(steps)} nodes, starting from "
+            text = _(
+                "Before backward. Move the slider or press ▶: backward runs {count} nodes, starting from "
                 "the output with gradient 1 (ones for a non-scalar output)."
-            )
+            ).format(count=len(steps))
         else:
             s = steps[k - 1]
             shapes = ", ".join(format_shape(sh) for sh in s.grad_shapes)
-            norm = "no gradient (None)" if s.grad_norm is None else f"norm {s.grad_norm:.4g}"
-            text = (
-                f"<b>Step {k} of {len(steps)}</b>: <b>{html.escape(s.name)}</b> ran; the gradient arriving had "
-                f"{norm}, shape {shapes}."
-            )
+            norm = _("no gradient (None)") if s.grad_norm is None else _("norm {norm:.4g}").format(norm=s.grad_norm)
+            text = _(
+                "<b>Step {k} of {n}</b>: <b>{node}</b> ran; the gradient arriving had {norm}, shape {shapes}."
+            ).format(k=k, n=len(steps), node=html.escape(s.name), norm=norm, shapes=shapes)
             node = self.graph.node(s.node_id)
             if node.kind == "leaf":
-                text += f" It adds that gradient into <code>{html.escape(node.param_name or 'leaf')}.grad</code>."
+                text += _(" It adds that gradient into <code>{name}.grad</code>.").format(
+                    name=html.escape(node.param_name or "leaf")
+                )
             if k == len(steps):
-                text += " Backward finished: the leaves' <code>.grad</code> are in the table under the graph."
+                text += _(" Backward finished: the leaves' <code>.grad</code> are in the table under the graph.")
         return f'<div style="line-height:1.5;margin:2px 0">{text}</div>'
 
     def _grads_table(self) -> str:
@@ -289,6 +303,8 @@ class GraphView(StaticFallback, w.VBox):
                 f"<td>{float(grad.double().norm()):.4g}</td></tr>"
             )
         return (
-            "<b>Backward finished.</b> The leaves' <code>.grad</code> after this pass:"
-            "<table><tr><th>tensor</th><th>shape</th><th>norm</th></tr>" + "".join(rows) + "</table>"
+            _("<b>Backward finished.</b> The leaves' <code>.grad</code> after this pass:")
+            + "<table><tr><th>{}</th><th>{}</th><th>{}</th></tr>".format(_("tensor"), _("shape"), _("norm"))
+            + "".join(rows)
+            + "</table>"
         )

@@ -7,6 +7,7 @@ import math
 import ipywidgets as w
 import torch
 
+from autogradlab.i18n import _
 from autogradlab.models.loss_scale import (
     FP16_MAX,
     FP16_MIN_NORMAL,
@@ -61,12 +62,14 @@ class LossScaleLab(StaticFallback, w.VBox):
         self._grad_max = float(self.grads.max())
         self._traces: dict[tuple, object] = {}
         style = {"description_width": "initial"}
-        self.init_scale = w.IntSlider(value=init_scale_log2, min=0, max=32, description="initial scale 2^", style=style)
+        self.init_scale = w.IntSlider(
+            value=init_scale_log2, min=0, max=32, description=_("initial scale 2^"), style=style
+        )
         self.growth_interval = w.IntSlider(
-            value=growth_interval, min=1, max=2000, description="growth interval", style=style
+            value=growth_interval, min=1, max=2000, description=_("growth interval"), style=style
         )
         self.backoff = w.FloatSlider(
-            value=backoff_factor, min=0.1, max=0.9, step=0.05, description="backoff factor", style=style
+            value=backoff_factor, min=0.1, max=0.9, step=0.05, description=_("backoff factor"), style=style
         )
         self.overflow_rate = w.FloatSlider(
             value=overflow_rate,
@@ -74,7 +77,7 @@ class LossScaleLab(StaticFallback, w.VBox):
             max=0.05,
             step=0.001,
             readout_format=".3f",
-            description="injected overflow rate",
+            description=_("injected overflow rate"),
             style=style,
         )
         self.message = w.HTML()
@@ -123,7 +126,7 @@ class LossScaleLab(StaticFallback, w.VBox):
                 self.trace = trace = self._simulate()
         except ValueError as exc:  # shown in the view, never as a traceback
             self.trace = None
-            self.message.value = message_html(f"Cannot simulate: {exc}")
+            self.message.value = message_html(_("Cannot simulate: {error}").format(error=exc))
             self.picture.value = self.readout.value = ""
             return
         skipped = trace.skipped_steps
@@ -132,23 +135,26 @@ class LossScaleLab(StaticFallback, w.VBox):
             zero_at = len(trace.scales)
         if zero_at is not None:
             self.message.value = message_html(
-                f"The scale fell to 0 at step {zero_at}: float32 cannot hold a scale below about 2^−149, so repeated "
-                f"backoffs by {self.backoff.value:g} rounded it to 0, and 0 × growth factor stays 0. From there on every "
-                "scaled gradient is 0: nothing left to show on the right. Raise the backoff factor or lower the "
-                "overflow rate."
+                _(
+                    "The scale fell to 0 at step {step}: float32 cannot hold a scale below about 2^−149, so repeated "
+                    "backoffs by {backoff:g} rounded it to 0, and 0 × growth factor stays 0. From there on every "
+                    "scaled gradient is 0: nothing left to show on the right. Raise the backoff factor or lower the "
+                    "overflow rate."
+                ).format(step=zero_at, backoff=self.backoff.value)
             )
             final = fp16_fate(self.grads, 0.0)
-            scale_text = "<b>0</b> (underflowed)"
+            scale_text = _("<b>0</b> (underflowed)")
         else:
             self.message.value = ""
             final = fp16_fate(self.grads, trace.final_scale)
             scale_text = f"<b>2^{math.log2(trace.final_scale):.4g}</b>"
         self.readout.value = readout(
-            f"skipped <b>{len(skipped)}</b> of {self.steps} steps",
-            f"final scale {scale_text}",
-            f"at the final scale <b>{100 * final['zero']:.1f}%</b> of gradients flush to 0, "
-            f"{100 * final['subnormal']:.1f}% are subnormal",
-            f"without scaling {100 * self._unscaled['zero']:.1f}% flush to 0",
+            _("skipped <b>{skipped}</b> of {steps} steps").format(skipped=len(skipped), steps=self.steps),
+            _("final scale {scale}").format(scale=scale_text),
+            _("at the final scale <b>{zero:.1f}%</b> of gradients flush to 0, {subnormal:.1f}% are subnormal").format(
+                zero=100 * final["zero"], subnormal=100 * final["subnormal"]
+            ),
+            _("without scaling {zero:.1f}% flush to 0").format(zero=100 * self._unscaled["zero"]),
         )
         self.picture.value = self._draw(trace, zero_at)
 
@@ -164,7 +170,10 @@ class LossScaleLab(StaticFallback, w.VBox):
         chart.legend(
             66,
             4,
-            [("line", BLUE, "scale used by the step"), ("marker", CRIMSON, f"skipped step ({len(skipped)})", "x")],
+            [
+                ("line", BLUE, _("scale used by the step")),
+                ("marker", CRIMSON, _("skipped step ({count})").format(count=len(skipped)), "x"),
+            ],
             width=360,
         )
         steps = list(range(len(scales)))
@@ -175,16 +184,22 @@ class LossScaleLab(StaticFallback, w.VBox):
             x = min(zero_at, n - 1)
             left.line([x - 1, x, x], [logs[-1], logs[-1], lo - 2 * pad], color=CRIMSON, width=2)
             left.label(
-                x, lo - pad / 2, f"scale = 0 from step {zero_at}", color=CRIMSON, anchor="end", dx=-6, weight="600"
+                x,
+                lo - pad / 2,
+                _("scale = 0 from step {step}").format(step=zero_at),
+                color=CRIMSON,
+                anchor="end",
+                dx=-6,
+                weight="600",
             )
-        left.axes(xlabel="step", ylabel="log₂ scale", title="the loss scale over the run")
+        left.axes(xlabel=_("step"), ylabel=_("log₂ scale"), title=_("the loss scale over the run"))
 
         right_items = [
-            ("patch", CRIMSON, "flushed to 0", 0.15),
-            ("patch", ORANGE, "subnormal", 0.2),
+            ("patch", CRIMSON, _("flushed to 0"), 0.15),
+            ("patch", ORANGE, _("subnormal"), 0.2),
             ("patch", PURPLE, "inf", 0.15),
             ("patch", GRAY, "|g| (scale 1)", 0.4),
-            ("patch", BLUE, "|g| × final scale", 0.8),
+            ("patch", BLUE, _("|g| × final scale"), 0.8),
         ]
         shift = math.log2(trace.final_scale) if trace.final_scale > 0 else None
         counts = bin_counts([v + shift for v in self._log2_list], _EDGES) if shift is not None else []
@@ -199,12 +214,12 @@ class LossScaleLab(StaticFallback, w.VBox):
         if shift is not None:
             right.stairs(counts, _EDGES, BLUE, 0.75)
         else:
-            right.note("final scale 0: every scaled gradient is 0")
+            right.note(_("final scale 0: every scaled gradient is 0"))
         x_ticks = [(float(v), str(v).replace("-", "−")) for v in range(-50, 21, 10)]
         right.axes(
-            xlabel="log₂ |gradient| in fp16",
-            ylabel="count",
+            xlabel=_("log₂ |gradient| in fp16"),
+            ylabel=_("count"),
             xticks=x_ticks,
-            title="where |g| lands in fp16 at the final scale",
+            title=_("where |g| lands in fp16 at the final scale"),
         )
         return chart.svg()

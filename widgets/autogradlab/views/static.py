@@ -35,12 +35,13 @@ import re
 
 import ipywidgets as w
 
+from autogradlab.i18n import N_, _
 from autogradlab.render.svg import as_img
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 STATIC_CLASS = "autogradlab-static"  # the wrapper's class: tests and site styles find it by this
 NOTE_CLASS = "autogradlab-static-note"  # the "run the cell" line: the site hides it (nothing runs there)
-NOTE = "A saved picture of this view: run the cell to use its controls."
+NOTE = N_("A saved picture of this view: run the cell to use its controls.")
 _SVG_TAG = re.compile(r"<(/?)svg\b[^>]*?(/?)>", re.I)
 
 
@@ -77,7 +78,7 @@ def static_html(widget, alt: str = "") -> str:
     True
     """
     controls = " · ".join(html.escape(_named(name, value)) for name, value in _controls(widget))
-    lines = [f'<p class="{NOTE_CLASS}" style="color:#666;margin:2px 0"><i>{NOTE}</i></p>']
+    lines = [f'<p class="{NOTE_CLASS}" style="color:#666;margin:2px 0"><i>{_(NOTE)}</i></p>']
     if controls:
         lines.append(f'<p class="{STATIC_CLASS}-controls" style="margin:2px 0">{controls}</p>')
     return f'<div class="{STATIC_CLASS}">{"".join(lines)}{_part(widget, alt)}</div>'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as w
 
+from autogradlab.i18n import _
 from autogradlab.models.calculus import FUNCTIONS, curve, tangent
 from autogradlab.render.chart import BLUE, INK, ORANGE, Chart
 from autogradlab.views.common import message_html, never_raises, one_thread, picture, readout
@@ -57,7 +58,9 @@ class TangentExplorer(StaticFallback, w.VBox):
         finite = [y for y in ys if y == y and abs(y) != float("inf")]
         if not finite:
             self.message.value = message_html(
-                f"f(x) = {self.fn_picker.value} has no finite value on [{self.lo:g}, {self.hi:g}]."
+                _("f(x) = {fn} has no finite value on [{lo:g}, {hi:g}].").format(
+                    fn=self.fn_picker.value, lo=self.lo, hi=self.hi
+                )
             )
             self.picture.value = self.readout.value = ""
             return
@@ -68,14 +71,14 @@ class TangentExplorer(StaticFallback, w.VBox):
         self.readout.value = readout(
             f"x = {point.x:.2f}",
             f"f(x) = {point.value:.4f}",
-            f"<b>f'(x) from autograd = {point.slope:.6f}</b>",
-            f"central difference = {point.numerical_slope:.6f}",
+            _("<b>f'(x) from autograd = {slope:.6f}</b>").format(slope=point.slope),
+            _("central difference = {slope:.6f}").format(slope=point.numerical_slope),
         )
 
     def _draw(self, xs, ys, point, ylim) -> str:
         chart = Chart(WIDTH, HEIGHT)
         chart.legend(
-            60, 6, [("line", BLUE, "f(x)"), ("line", ORANGE, "tangent at x", "6 4"), ("marker", INK, "(x, f(x))")]
+            60, 6, [("line", BLUE, "f(x)"), ("line", ORANGE, _("tangent at x"), "6 4"), ("marker", INK, "(x, f(x))")]
         )
         panel = chart.panel(60, 34, WIDTH - 80, HEIGHT - 34 - 48, xlim=(self.lo, self.hi), ylim=ylim)
         panel.line(xs, ys, color=BLUE, width=2)

@@ -6,6 +6,7 @@ import html
 
 import ipywidgets as w
 
+from autogradlab.i18n import _
 from autogradlab.models.train_state import STATE_TITLES, StepSession
 from autogradlab.views.common import PICTURE_CLASS
 from autogradlab.views.static import StaticFallback
@@ -28,9 +29,9 @@ class TrainStepInspector(StaticFallback, w.VBox):
     """
 
     def __init__(self, step=None, setup=None):
-        self.next_button = w.Button(description="Next line ▶", button_style="primary")
-        self.run_button = w.Button(description="Run to end")
-        self.reset_button = w.Button(description="Reset ↺")
+        self.next_button = w.Button(description=_("Next line ▶"), button_style="primary")
+        self.run_button = w.Button(description=_("Run to end"))
+        self.reset_button = w.Button(description=_("Reset ↺"))
         self.listing = w.HTML()
         self.status = w.HTML()
         self.table = w.HTML()
@@ -44,7 +45,10 @@ class TrainStepInspector(StaticFallback, w.VBox):
             self.session = StepSession(step, setup)
         except (TypeError, ValueError) as exc:  # a bad learner function: say so in the view
             self.status.value = _message(
-                f"Cannot step through {html.escape(self._name)}: {html.escape(str(exc))}", error=True
+                _("Cannot step through {name}: {error}").format(
+                    name=html.escape(self._name), error=html.escape(str(exc))
+                ),
+                error=True,
             )
         controls = w.HBox([self.next_button, self.run_button, self.reset_button])
         self.table.layout.margin = "0 0 0 16px"
@@ -84,12 +88,14 @@ class TrainStepInspector(StaticFallback, w.VBox):
         if session.error:
             self.status.value = _message(html.escape(session.error), error=True)
         elif not session.history:
-            self.status.value = _message("Before the first line. Press <b>Next line</b>.")
+            self.status.value = _message(_("Before the first line. Press <b>Next line</b>."))
         else:
-            changed = ", ".join(STATE_TITLES[s] for s in session.changed) or "nothing"
+            changed = ", ".join(STATE_TITLES[s] for s in session.changed) or _("nothing")
             last = html.escape(session.history[-1].source.splitlines()[0])
-            done = " &nbsp; (step finished)" if session.done else ""
-            self.status.value = _message(f"<code>{last}</code> changed: <b>{changed}</b>{done}")
+            done = _(" &nbsp; (step finished)") if session.done else ""
+            self.status.value = _message(
+                _("<code>{line}</code> changed: <b>{states}</b>").format(line=last, states=changed) + done
+            )
 
 
 def _message(text: str, error: bool = False) -> str:
@@ -119,7 +125,7 @@ def _td(text: str, changed: bool, wrap: bool = False) -> str:
 def _tables(session: StepSession) -> str:
     cells = session.cells()
     whole = [c for c in cells if not c.item]
-    head = "".join(f"<th style='{_CELL}'>{t}</th>" for t in ("state", "value"))
+    head = "".join(f"<th style='{_CELL}'>{t}</th>" for t in (_("state"), _("value")))
     rows = "".join(f"<tr><td style='{_CELL}'>{STATE_TITLES[c.state]}</td>{_td(c.text, c.changed)}</tr>" for c in whole)
     first = f"<table style='border-collapse:collapse;margin-bottom:8px'><tr>{head}</tr>{rows}</table>"
     per = {}
@@ -127,8 +133,11 @@ def _tables(session: StepSession) -> str:
         if c.item:
             per.setdefault(c.item, {})[c.state] = c
     states = ("grad", "param", "optimizer")
-    head = f"<th style='{_CELL}'>parameter</th>" + "".join(
-        f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states
+    head = (
+        f"<th style='{_CELL}'>"
+        + _("parameter")
+        + "</th>"
+        + "".join(f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states)
     )
     rows = "".join(
         f"<tr><td style='{_CELL}'>{html.escape(name)}</td>"

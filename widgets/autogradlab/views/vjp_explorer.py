@@ -6,6 +6,7 @@ import html
 
 import ipywidgets as w
 
+from autogradlab.i18n import _
 from autogradlab.models.vjp import (
     MAX_NUMEL,
     OPS,
@@ -84,7 +85,7 @@ class VJPExplorer(StaticFallback, w.VBox):
         shapes = shapes or op.default_shapes
         for i, box in enumerate(self.shape_boxes):
             used = i < len(op.inputs)
-            box.description = f"{op.inputs[i]} shape" if used else ""
+            box.description = _("{name} shape").format(name=op.inputs[i]) if used else ""
             box.value = _shape_text(tuple(shapes[i])) if used else ""
             box.layout.display = None if used else "none"
         self.wrt_picker.options = list(op.inputs)
@@ -169,7 +170,7 @@ def draw_exploration(r: Exploration) -> str:
     rows = [
         ("vᵀJ", r.vjp_from_jacobian.reshape(-1).tolist()),
         ("autograd", r.vjp_from_autograd.reshape(-1).tolist()),
-        ("difference", (r.vjp_from_jacobian - r.vjp_from_autograd).reshape(-1).tolist()),
+        (_("difference"), (r.vjp_from_jacobian - r.vjp_from_autograd).reshape(-1).tolist()),
     ]
     zero = ZERO_UP_TO_ROUNDING * rounding_level(r)
     j_scale, v_scale, vec_scale = colour_scales(r)
@@ -182,13 +183,14 @@ def draw_exploration(r: Exploration) -> str:
     rows_bottom = rows_top + 3 * ch + 2 * 8
     bars_top = rows_bottom + 52
     legend = [
-        (j_scale, "J: white is 0, full colour its largest |entry|", ""),
-        (v_scale, "v: white is 0, full colour its largest |entry|", ""),
+        (j_scale, _("J: white is 0, full colour its largest |entry|"), ""),
+        (v_scale, _("v: white is 0, full colour its largest |entry|"), ""),
         (
             vec_scale,
-            "vᵀJ, autograd, difference: one scale, full colour the largest |entry|,",
-            f"at least {ZERO_UP_TO_ROUNDING} × vᵀJ's float64 rounding level {number(rounding_level(r), 2)}: "
-            "rounding noise stays white (≈0)",
+            _("vᵀJ, autograd, difference: one scale, full colour the largest |entry|,"),
+            _("at least {times} × vᵀJ's float64 rounding level {level}: rounding noise stays white (≈0)").format(
+                times=ZERO_UP_TO_ROUNDING, level=number(rounding_level(r), 2)
+            ),
         ),
     ]
     width = max(
@@ -211,12 +213,14 @@ def draw_exploration(r: Exploration) -> str:
         grid=False,
         xticks=[],
         yticks=[],
-        title=f"Jacobian ∂y/∂{r.wrt}: y {tuple(r.output.shape)} × {r.wrt} {tuple(r.vjp_from_autograd.shape)}",
+        title=_("Jacobian ∂y/∂{wrt}: y {out} × {wrt} {shape}").format(
+            wrt=r.wrt, out=tuple(r.output.shape), shape=tuple(r.vjp_from_autograd.shape)
+        ),
     )
     step = 1 if max(m, n) <= 12 else 2
     for i in range(0, m, step):
         chart.text(left - 6, top + i * ch + ch / 2 + 4, str(i), anchor="end", color=MUTED)
-    chart.text(left - 30, top + j_h / 2 + 4, "output i", anchor="end", color=INK)
+    chart.text(left - 30, top + j_h / 2 + 4, _("output i"), anchor="end", color=INK)
 
     vp = chart.panel(left + j_w + gap, top, cw, j_h, xlim=(0, 1), ylim=(0, m))
     vp.heatmap([[x] for x in v], v_scale, fmt if m <= 16 else None)
@@ -225,14 +229,14 @@ def draw_exploration(r: Exploration) -> str:
     for k, (label, values) in enumerate(rows):
         y = rows_top + k * (ch + 8)
         rp = chart.panel(left, y, j_w, ch, xlim=(0, n), ylim=(0, 1))
-        rp.heatmap(
-            [values], vec_scale, (fmt_diff if label == "difference" else fmt_vec) if annotate else None, dead_zone=zero
-        )
+        rp.heatmap([values], vec_scale, (fmt_diff if k == 2 else fmt_vec) if annotate else None, dead_zone=zero)
         rp.axes(grid=False, xticks=[], yticks=[])
         chart.text(left - 8, y + ch / 2 + 4, label, anchor="end")
     for j in range(0, n, step):
         chart.text(left + j * cw + cw / 2, rows_bottom + 15, str(j), anchor="middle", color=MUTED)
-    chart.text(left + j_w / 2, rows_bottom + 33, f"input element j of {r.wrt} (flattened)", anchor="middle")
+    chart.text(
+        left + j_w / 2, rows_bottom + 33, _("input element j of {wrt} (flattened)").format(wrt=r.wrt), anchor="middle"
+    )
 
     for k, (scale, text, note) in enumerate(legend):
         chart.colorbar(40, bars_top + k * 36, 150, scale, text, note)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
+from autogradlab.i18n import N_, _
+
 SEVERITIES = ("error", "warning", "info")
 
 # Thresholds for ‖Δθ‖/‖θ‖ of a weight matrix over one optimizer.step(). CS231n's notes
@@ -34,134 +36,207 @@ UNDONE_FRACTION = 0.01
 SCALE_FLOOR = 2.0**8
 
 
+# The values the code table's texts quote (its English is a template, translated, then filled with these).
+_FIELDS = {"high": UPDATE_RATIO_HIGH, "low": UPDATE_RATIO_LOW, "numel": UPDATE_RATIO_MIN_NUMEL, "floor": SCALE_FLOOR}
+
+
 @dataclass(frozen=True)
 class Code:
-    """One documented diagnosis: default severity, what it means, how to fix it, what it misses."""
+    """One documented diagnosis: default severity, what it means, how to fix it, what it misses.
+
+    The three texts are read in the learner's language (``autogradlab.i18n``), with the thresholds filled in.
+    """
 
     severity: str
-    meaning: str
-    fix: str
-    blind_spots: str
+    meaning_text: str
+    fix_text: str
+    blind_spots_text: str
+
+    @property
+    def meaning(self) -> str:
+        return _(self.meaning_text).format(**_FIELDS)
+
+    @property
+    def fix(self) -> str:
+        return _(self.fix_text).format(**_FIELDS)
+
+    @property
+    def blind_spots(self) -> str:
+        return _(self.blind_spots_text).format(**_FIELDS)
 
 
 CODES: dict[str, Code] = {
     "step-raised": Code(
         "error",
-        "the training step raised an exception; the doctor stopped there",
-        "read the message and the line quoted; fix that line, then diagnose again",
-        "later steps are not observed after the first exception",
+        N_("the training step raised an exception; the doctor stopped there"),
+        N_("read the message and the line quoted; fix that line, then diagnose again"),
+        N_("later steps are not observed after the first exception"),
     ),
     "param-not-in-optimizer": Code(
         "error",
-        "a tensor that requires grad and receives a gradient (a model parameter, or an nn.Parameter/leaf "
-        "found in the loss graph) is in no optimizer param group, so it never changes",
-        "register it (an nn.Parameter attribute, nn.ParameterList/ParameterDict instead of a Python list/dict) "
-        "and build the optimizer from model.parameters() after the model is final",
-        "leaves of graphs that are neither backpropagated (backward()/scaler.scale(loss).backward()) nor returned "
-        "(e.g. only torch.autograd.grad); a tensor outside the model that requires grad on purpose (an input you "
-        "optimize) is reported as a warning",
+        N_(
+            "a tensor that requires grad and receives a gradient (a model parameter, or an nn.Parameter/leaf "
+            "found in the loss graph) is in no optimizer param group, so it never changes"
+        ),
+        N_(
+            "register it (an nn.Parameter attribute, nn.ParameterList/ParameterDict instead of a Python list/dict) "
+            "and build the optimizer from model.parameters() after the model is final"
+        ),
+        N_(
+            "leaves of graphs that are neither backpropagated (backward()/scaler.scale(loss).backward()) nor returned "
+            "(e.g. only torch.autograd.grad); a tensor outside the model that requires grad on purpose (an input you "
+            "optimize) is reported as a warning"
+        ),
     ),
     "frozen-param-in-optimizer": Code(
         "warning",
-        "a parameter with requires_grad=False sits in the optimizer: it gets no gradient and never changes",
-        "to train it set p.requires_grad_(True); if it is frozen on purpose build the optimizer from "
-        "[p for p in model.parameters() if p.requires_grad]",
-        "frozen tensors that are not in the optimizer are (correctly) ignored",
+        N_("a parameter with requires_grad=False sits in the optimizer: it gets no gradient and never changes"),
+        N_(
+            "to train it set p.requires_grad_(True); if it is frozen on purpose build the optimizer from "
+            "[p for p in model.parameters() if p.requires_grad]"
+        ),
+        N_("frozen tensors that are not in the optimizer are (correctly) ignored"),
     ),
     "missing-grad": Code(
         "error",
-        "a trainable parameter in the optimizer got no gradient in any observed step "
-        "(its module is unused, or the path to the loss is cut by detach(), .data, torch.no_grad(), .item())",
-        "tap the path with tensor.register_hook and move backwards until the gradient disappears; "
-        "remove the detach/no_grad there",
-        "a parameter used only in some batches (e.g. a rarely routed expert) looks unused in few steps",
+        N_(
+            "a trainable parameter in the optimizer got no gradient in any observed step "
+            "(its module is unused, or the path to the loss is cut by detach(), .data, torch.no_grad(), .item())"
+        ),
+        N_(
+            "tap the path with tensor.register_hook and move backwards until the gradient disappears; "
+            "remove the detach/no_grad there"
+        ),
+        N_("a parameter used only in some batches (e.g. a rarely routed expert) looks unused in few steps"),
     ),
     "nonfinite-grad": Code(
         "error",
-        "inf or NaN in a gradient in a step that the optimizer applied",
-        "run one step under torch.autograd.detect_anomaly() to find the op; check log/sqrt/division "
-        "at 0, the learning rate, and the loss for inf/NaN",
-        "inf/NaN in scaled gradients that a GradScaler skipped are reported as amp-step-skipped instead",
+        N_("inf or NaN in a gradient in a step that the optimizer applied"),
+        N_(
+            "run one step under torch.autograd.detect_anomaly() to find the op; check log/sqrt/division "
+            "at 0, the learning rate, and the loss for inf/NaN"
+        ),
+        N_("inf/NaN in scaled gradients that a GradScaler skipped are reported as amp-step-skipped instead"),
     ),
     "grad-not-cleared": Code(
         "error",
-        "a gradient left over from before an optimizer.step() was added to in the next step (missing zero_grad)",
-        "call optimizer.zero_grad() once per optimizer step (before backward or after step)",
-        "needs at least two observed optimizer steps; a step that accumulates on purpose across "
-        "optimizer.step() calls is reported too",
+        N_("a gradient left over from before an optimizer.step() was added to in the next step (missing zero_grad)"),
+        N_("call optimizer.zero_grad() once per optimizer step (before backward or after step)"),
+        N_(
+            "needs at least two observed optimizer steps; a step that accumulates on purpose across "
+            "optimizer.step() calls is reported too"
+        ),
     ),
     "data-bypass": Code(
         "warning",
-        "a parameter's value changed outside optimizer.step() without its version counter moving: "
-        "a write through .data, hidden from autograd",
-        "write under torch.no_grad() on the parameter itself (with torch.no_grad(): p.clamp_(-c, c)) "
-        "or fold the constraint into the model",
-        "writes inside optimizer.step() are not checked (custom optimizers may use .data legitimately); "
-        "a .data write in the same interval as a tracked in-place write is missed",
+        N_(
+            "a parameter's value changed outside optimizer.step() without its version counter moving: "
+            "a write through .data, hidden from autograd"
+        ),
+        N_(
+            "write under torch.no_grad() on the parameter itself (with torch.no_grad(): p.clamp_(-c, c)) "
+            "or fold the constraint into the model"
+        ),
+        N_(
+            "writes inside optimizer.step() are not checked (custom optimizers may use .data legitimately); "
+            "a .data write in the same interval as a tracked in-place write is missed"
+        ),
     ),
     "eval-mode-in-training": Code(
         "warning",
-        "a Dropout/BatchNorm module ran in eval mode inside the training step, e.g. after validation",
-        "call model.train() at the start of the training step (and model.eval() only for validation)",
-        "modules inside a completely frozen block are reported as info (eval mode there is often "
-        "deliberate); other mode-dependent modules are not checked",
+        N_("a Dropout/BatchNorm module ran in eval mode inside the training step, e.g. after validation"),
+        N_("call model.train() at the start of the training step (and model.eval() only for validation)"),
+        N_(
+            "modules inside a completely frozen block are reported as info (eval mode there is often "
+            "deliberate); other mode-dependent modules are not checked"
+        ),
     ),
     "no-update": Code(
         "error",
-        "parameters with nonzero gradients did not change over an optimizer step, or optimizer.step() "
-        "never ran (learning rate 0, a skipped step, the wrong optimizer)",
-        "check the param group's lr, that the step calls step() on this optimizer, "
-        "and that the optimizer holds this model's parameters",
-        "a step that only steps every K calls needs at least K batches to be observed",
+        N_(
+            "parameters with nonzero gradients did not change over an optimizer step, or optimizer.step() "
+            "never ran (learning rate 0, a skipped step, the wrong optimizer)"
+        ),
+        N_(
+            "check the param group's lr, that the step calls step() on this optimizer, "
+            "and that the optimizer holds this model's parameters"
+        ),
+        N_("a step that only steps every K calls needs at least K batches to be observed"),
     ),
     "update-undone": Code(
         "error",
-        "optimizer.step() changed a parameter, but a write after the step (a clamp with a wrong bound, a reset, "
-        "a reload of old weights) put it back to its value from before the step, in most observed steps",
-        "compare the parameter right after optimizer.step() (optimizer.register_step_post_hook) with its value at "
-        "the end of your step, then read the write in between: is its bound or value what you meant?",
-        "an update undone only in part (a bound that still lets some values move) is not reported; single-number "
-        "parameters are not checked (one pinned at a bound is often deliberate, e.g. a clamped temperature); a "
-        "deliberate rollback of a bad step is reported too; needs at least two optimizer steps",
+        N_(
+            "optimizer.step() changed a parameter, but a write after the step (a clamp with a wrong bound, a reset, "
+            "a reload of old weights) put it back to its value from before the step, in most observed steps"
+        ),
+        N_(
+            "compare the parameter right after optimizer.step() (optimizer.register_step_post_hook) with its value at "
+            "the end of your step, then read the write in between: is its bound or value what you meant?"
+        ),
+        N_(
+            "an update undone only in part (a bound that still lets some values move) is not reported; single-number "
+            "parameters are not checked (one pinned at a bound is often deliberate, e.g. a clamped temperature); a "
+            "deliberate rollback of a bad step is reported too; needs at least two optimizer steps"
+        ),
     ),
     "update-ratio-high": Code(
         "warning",
-        f"a weight moved by more than {UPDATE_RATIO_HIGH:g} of its norm in one step "
-        "(‖Δθ‖/‖θ‖; CS231n's rough heuristic is 1e-3, small models run healthy up to ~0.1)",
-        "lower the learning rate, add warm-up or gradient clipping",
-        f"only weights with two or more dims and at least {UPDATE_RATIO_MIN_NUMEL} elements are checked "
-        "(biases and norms start near 0, so their ratio is meaningless); a single legitimate spike is reported too",
+        N_(
+            "a weight moved by more than {high:g} of its norm in one step "
+            "(‖Δθ‖/‖θ‖; CS231n's rough heuristic is 1e-3, small models run healthy up to ~0.1)"
+        ),
+        N_("lower the learning rate, add warm-up or gradient clipping"),
+        N_(
+            "only weights with two or more dims and at least {numel} elements are checked "
+            "(biases and norms start near 0, so their ratio is meaningless); a single legitimate spike is reported too"
+        ),
     ),
     "update-ratio-low": Code(
         "warning",
-        f"a weight moved by less than {UPDATE_RATIO_LOW:g} of its norm per step (median over the steps "
-        "with a nonzero gradient)",
-        "raise the learning rate, check the lr schedule and any scaling of the loss",
-        "only weights with two or more dims and enough elements are checked; a model at convergence also moves little",
+        N_("a weight moved by less than {low:g} of its norm per step (median over the steps with a nonzero gradient)"),
+        N_("raise the learning rate, check the lr schedule and any scaling of the loss"),
+        N_(
+            "only weights with two or more dims and enough elements are checked; a model at convergence also moves little"
+        ),
     ),
     "amp-step-skipped": Code(
         "warning",
-        "the GradScaler skipped optimizer steps because scaled gradients held inf/NaN; skips while the scale backs "
-        "off from its start, or right after it grew, with a finite loss, are its normal calibration (info)",
-        "every step skipped with a NaN/inf loss, or still skipped at a scale below the floor: find the inf/NaN in "
-        "the inputs, forward or loss (detect_anomaly); still calibrating: observe more steps; skips at a scale "
-        "that worked before: lower the learning rate or find the overflowing op",
-        "only a GradScaler passed as scaler= and used through scaler.step(optimizer) is observed; a backward that "
-        f"makes inf/NaN with a finite loss looks like calibration until the scale falls below {SCALE_FLOOR:g}",
+        N_(
+            "the GradScaler skipped optimizer steps because scaled gradients held inf/NaN; skips while the scale backs "
+            "off from its start, or right after it grew, with a finite loss, are its normal calibration (info)"
+        ),
+        N_(
+            "every step skipped with a NaN/inf loss, or still skipped at a scale below the floor: find the inf/NaN in "
+            "the inputs, forward or loss (detect_anomaly); still calibrating: observe more steps; skips at a scale "
+            "that worked before: lower the learning rate or find the overflowing op"
+        ),
+        N_(
+            "only a GradScaler passed as scaler= and used through scaler.step(optimizer) is observed; a backward that "
+            "makes inf/NaN with a finite loss looks like calibration until the scale falls below {floor:g}"
+        ),
     ),
     "clip-before-unscale": Code(
         "error",
-        "gradients were clipped while still multiplied by the GradScaler's scale S, so the clip threshold "
-        "acts as max_norm / S: SGD's update shrinks by up to S; Adam's mostly cancels and shrinks through eps, "
-        "more in larger models (the message says which optimizer it saw, and by how much)",
-        "call scaler.unscale_(optimizer) before clip_grad_norm_/clip_grad_value_, then scaler.step(optimizer)",
-        "only clipping through torch.nn.utils.clip_grad_norm_/clip_grad_value_ looked up at call time "
-        "(not an alias imported earlier with `from ... import`) is observed; for Adam-like optimizers the size "
-        "of the damage is estimated for a first Adam step on the gradients seen, not measured over training",
+        N_(
+            "gradients were clipped while still multiplied by the GradScaler's scale S, so the clip threshold "
+            "acts as max_norm / S: SGD's update shrinks by up to S; Adam's mostly cancels and shrinks through eps, "
+            "more in larger models (the message says which optimizer it saw, and by how much)"
+        ),
+        N_("call scaler.unscale_(optimizer) before clip_grad_norm_/clip_grad_value_, then scaler.step(optimizer)"),
+        N_(
+            "only clipping through torch.nn.utils.clip_grad_norm_/clip_grad_value_ looked up at call time "
+            "(not an alias imported earlier with `from ... import`) is observed; for Adam-like optimizers the size "
+            "of the damage is estimated for a first Adam step on the gradients seen, not measured over training"
+        ),
     ),
 }
 
 _ORDER = {code: i for i, code in enumerate(CODES)}
+_COUNTED = {  # (one, several) findings of a severity, in the report's headline
+    "error": (N_("{count} error"), N_("{count} errors")),
+    "warning": (N_("{count} warning"), N_("{count} warnings")),
+    "info": (N_("{count} info"), N_("{count} infos")),
+}
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
@@ -226,23 +301,24 @@ class Report:
         return [f for f in self.findings if f.code == code]
 
     def _headline(self) -> str:
-        plural = "s" if self.steps != 1 else ""
-        text = f"Doctor: {self.steps} step{plural} observed"
+        text = (_("Doctor: {count} step observed") if self.steps == 1 else _("Doctor: {count} steps observed")).format(
+            count=self.steps
+        )
         known = [x for x in self.losses if x is not None]
         if len(known) >= 2:
-            text += f", loss {known[0]:.3g} → {known[-1]:.3g}"
+            text += _(", loss {first:.3g} → {last:.3g}").format(first=known[0], last=known[-1])
         elif len(known) == 1:
-            text += f", loss {known[0]:.3g}"
+            text += _(", loss {first:.3g}").format(first=known[0])
         counts = [(len([f for f in self.findings if f.severity == s]), s) for s in SEVERITIES]
-        parts = [f"{n} {s}{'s' if n != 1 else ''}" for n, s in counts if n]
-        return text + (f"; {', '.join(parts)}." if parts else "; no findings.")
+        parts = [_(_COUNTED[s][n != 1]).format(count=n) for n, s in counts if n]
+        return text + (_("; {counts}.").format(counts=", ".join(parts)) if parts else _("; no findings."))
 
     def __repr__(self) -> str:
         lines = [self._headline()]
         for f in self.findings:
             lines.append(f"  {f.severity:<7} {f.code:<24} {f.where}")
             lines.append(f"          {f.message}")
-            lines.append(f"          fix: {f.fix}")
+            lines.append("          " + _("fix: {fix}").format(fix=f.fix))
         return "\n".join(lines)
 
     __str__ = __repr__
@@ -258,13 +334,14 @@ class Report:
             f"<td style='white-space:nowrap'><code>{html.escape(f.code)}</code></td>"
             f"<td style='text-align:left'>{html.escape(f.where)}</td>"
             f"<td style='text-align:left'>{html.escape(f.message)}"
-            f"<br><i>fix:</i> {html.escape(f.fix)}</td>"
+            "<br>" + _("<i>fix:</i> {fix}").format(fix=html.escape(f.fix)) + "</td>"
             "</tr>"
             for f in self.findings
         )
+        severity, code, where, what = _("severity"), _("code"), _("where"), _("what and how to fix")
         return (
-            f"{head}<table><thead><tr><th>severity</th><th>code</th><th>where</th>"
-            f"<th style='text-align:left'>what and how to fix</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"{head}<table><thead><tr><th>{severity}</th><th>{code}</th><th>{where}</th>"
+            f"<th style='text-align:left'>{what}</th></tr></thead><tbody>{rows}</tbody></table>"
         )
 
 
@@ -278,19 +355,21 @@ class CodeTable:
         return [(code, c.severity, c.blind_spots if self.blind_spots else c.meaning) for code, c in CODES.items()]
 
     def __repr__(self) -> str:
-        title = "blind spot" if self.blind_spots else "meaning"
-        lines = [f"{'code':<26}{'severity':<9}{title}"]
+        title = _("blind spot") if self.blind_spots else _("meaning")
+        code, severity = _("code"), _("severity")
+        lines = [f"{code:<26}{severity:<9}{title}"]
         lines += [f"{code:<26}{sev:<9}{text}" for code, sev, text in self._rows()]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        title = "blind spots" if self.blind_spots else "meaning"
+        title = _("blind spots") if self.blind_spots else _("meaning")
+        code, severity = _("code"), _("default severity")
         rows = "".join(
             f"<tr><td style='white-space:nowrap'><code>{code}</code></td><td>{sev}</td><td style='text-align:left'>{html.escape(text)}</td></tr>"
             for code, sev, text in self._rows()
         )
         return (
-            f"<table><thead><tr><th>code</th><th>default severity</th><th style='text-align:left'>{title}</th>"
+            f"<table><thead><tr><th>{code}</th><th>{severity}</th><th style='text-align:left'>{title}</th>"
             f"</tr></thead><tbody>{rows}</tbody></table>"
         )
 

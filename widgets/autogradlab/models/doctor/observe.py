@@ -32,6 +32,7 @@ from torch import nn
 
 from autogradlab import torch_internals as internals
 from autogradlab.graph.traverse import walk
+from autogradlab.i18n import _
 from autogradlab.models.doctor.findings import UNDONE_FRACTION, UPDATE_RATIO_MIN_NUMEL
 from autogradlab.tracebacks import error_frames, learner_frames, stack_frames
 
@@ -51,9 +52,9 @@ def learner_line(frames: list[traceback.FrameSummary]) -> str:
     """``line N: `code``` for the last frame that is the learner's (not torch, not this package)."""
     mine = learner_frames(frames)
     if not mine:
-        return "inside torch"
+        return _("inside torch")
     last = mine[-1]
-    return f"line {last.lineno}: `{(last.line or '').strip()}`"
+    return _("line {number}: `{code}`").format(number=last.lineno, code=(last.line or "").strip())
 
 
 def graph_leaves(output: Any) -> list[torch.Tensor]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from autogradlab.i18n import _
 from autogradlab.models.doctor.findings import SCALE_FLOOR, UPDATE_RATIO_HIGH, UPDATE_RATIO_LOW, Finding
 from autogradlab.models.doctor.observe import MODE_MODULES, Observer, StepLog
 
@@ -27,13 +28,13 @@ def _names(names: Iterable[str], obs: Observer | None = None) -> str:
         names.sort(key=lambda n: (order.get(n, len(order)), n))
     if len(names) <= 3:
         return ", ".join(names)
-    return f"{', '.join(names[:3])} (+{len(names) - 3} more)"
+    return _("{names} (+{more} more)").format(names=", ".join(names[:3]), more=len(names) - 3)
 
 
 def _steps(indices: Iterable[int]) -> str:
     indices = sorted(set(indices))
-    word = "step" if len(indices) == 1 else "steps"
-    return f"{word} {', '.join(str(i) for i in indices)}"
+    text = _("step {indices}") if len(indices) == 1 else _("steps {indices}")
+    return text.format(indices=", ".join(str(i) for i in indices))
 
 
 def _completed(obs: Observer) -> list[StepLog]:
@@ -45,7 +46,12 @@ def _completed(obs: Observer) -> list[StepLog]:
 
 def step_raised(obs: Observer) -> list[Finding]:
     return [
-        Finding("step-raised", "error", f"step {s.index}, {s.where_raised}", s.raised or "")
+        Finding(
+            "step-raised",
+            "error",
+            _("step {index}, {where}").format(index=s.index, where=s.where_raised),
+            s.raised or "",
+        )
         for s in obs.steps
         if s.raised is not None
     ]
@@ -59,15 +65,15 @@ def _container_name(model: nn.Module, tensor: torch.Tensor) -> tuple[str, str] |
                 continue
             dotted = f"{prefix}.{attr}" if prefix else attr
             if value is tensor:
-                return dotted, "a plain tensor attribute"
+                return dotted, _("a plain tensor attribute")
             if isinstance(value, (list, tuple)):
                 for i, item in enumerate(value):
                     if item is tensor:
-                        return f"{dotted}[{i}]", f"a Python {type(value).__name__}"
+                        return f"{dotted}[{i}]", _("a Python {type}").format(type=type(value).__name__)
             if isinstance(value, dict):
                 for key, item in value.items():
                     if item is tensor:
-                        return f"{dotted}[{key!r}]", "a Python dict"
+                        return f"{dotted}[{key!r}]", _("a Python dict")
     return None
 
 
@@ -90,8 +96,10 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
                 "param-not-in-optimizer",
                 "error",
                 _names(registered, obs),
-                f"{len(registered)} model parameter(s) received a gradient but are in no optimizer param group, "
-                "so they never change (was the optimizer built before these parameters were created or replaced?)",
+                _(
+                    "{count} model parameter(s) received a gradient but are in no optimizer param group, "
+                    "so they never change (was the optimizer built before these parameters were created or replaced?)"
+                ).format(count=len(registered)),
             )
         )
     seen: set[int] = set()
@@ -105,13 +113,13 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
             if isinstance(leaf, nn.Parameter):
                 if found:
                     where, holder = found
-                    message = (
-                        f"an nn.Parameter {shape} kept in {holder} is in the loss graph, so backward gives it "
+                    message = _(
+                        "an nn.Parameter {shape} kept in {holder} is in the loss graph, so backward gives it "
                         "a gradient, but model.parameters() does not list it and no optimizer updates it"
-                    )
+                    ).format(shape=shape, holder=holder)
                 else:
                     where = f"nn.Parameter {shape}"
-                    message = (
+                    message = _(
                         "an nn.Parameter outside the model is in the loss graph, so backward gives it a "
                         "gradient, but no optimizer updates it"
                     )
@@ -123,9 +131,11 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
                         "param-not-in-optimizer",
                         "error",
                         where,
-                        f"a tensor {shape} with requires_grad=True kept in {holder} of the model is in the loss graph, "
-                        "so backward gives it a gradient, but it is no nn.Parameter: model.parameters() does not list it "
-                        "and no optimizer updates it",
+                        _(
+                            "a tensor {shape} with requires_grad=True kept in {holder} of the model is in the loss graph, "
+                            "so backward gives it a gradient, but it is no nn.Parameter: model.parameters() does not list "
+                            "it and no optimizer updates it"
+                        ).format(shape=shape, holder=holder),
                     )
                 )
             else:
@@ -133,10 +143,12 @@ def param_not_in_optimizer(obs: Observer) -> list[Finding]:
                     Finding(
                         "param-not-in-optimizer",
                         "warning",
-                        f"leaf tensor {shape}",
-                        f"a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
-                        "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
-                        "gradient on purpose, ignore this",
+                        _("leaf tensor {shape}").format(shape=shape),
+                        _(
+                            "a tensor {shape} with requires_grad=True is a leaf of the loss graph but in no optimizer; "
+                            "if it is a weight, make it an nn.Parameter of the model; if it is an input that needs a "
+                            "gradient on purpose, ignore this"
+                        ).format(shape=shape),
                     )
                 )
     return findings
@@ -151,27 +163,29 @@ def frozen_param_in_optimizer(obs: Observer) -> list[Finding]:
             "frozen-param-in-optimizer",
             "warning",
             _names(frozen, obs),
-            f"{len(frozen)} parameter(s) with requires_grad=False sit in the optimizer: they get no gradient and never "
-            "change. Meant to train them? requires_grad_(True). Frozen on purpose? leave them out of the optimizer",
+            _(
+                "{count} parameter(s) with requires_grad=False sit in the optimizer: they get no gradient and never "
+                "change. Meant to train them? requires_grad_(True). Frozen on purpose? leave them out of the optimizer"
+            ).format(count=len(frozen)),
         )
     ]
 
 
 def _why_no_grad(obs: Observer, owner: str | None, completed: list[StepLog]) -> str:
     if owner is None:
-        return "it is not a parameter of the model passed to diagnose (an optimizer built for another model?)"
+        return _("it is not a parameter of the model passed to diagnose (an optimizer built for another model?)")
     runs = [s.modules[owner] for s in completed if owner in s.modules]
-    label = f"module `{owner}`" if owner else "the model"
+    label = _("module `{name}`").format(name=owner) if owner else _("the model")
     if not runs:
-        return f"{label} never ran in the forward pass (unused)"
+        return _("{module} never ran in the forward pass (unused)").format(module=label)
     if not any(r.with_grad for r in runs):
-        return f"{label} ran with gradients disabled (torch.no_grad() or inference_mode)"
+        return _("{module} ran with gradients disabled (torch.no_grad() or inference_mode)").format(module=label)
     if not any(r.output_required_grad for r in runs):
-        return f"{label} ran, but its output did not require grad"
-    return (
-        f"{label} ran and its output required grad, so the path to the loss was cut after it "
+        return _("{module} ran, but its output did not require grad").format(module=label)
+    return _(
+        "{module} ran and its output required grad, so the path to the loss was cut after it "
         "(detach(), .data, .item(), a new tensor built from values, or a non-differentiable op)"
-    )
+    ).format(module=label)
 
 
 def missing_grad(obs: Observer) -> list[Finding]:
@@ -188,8 +202,9 @@ def missing_grad(obs: Observer) -> list[Finding]:
             "missing-grad",
             "error",
             _names(names, obs),
-            f"{len(names)} trainable parameter(s) in the optimizer got no gradient in {len(completed)} step(s): "
-            f"{reason}",
+            _("{count} trainable parameter(s) in the optimizer got no gradient in {steps} step(s): {reason}").format(
+                count=len(names), steps=len(completed), reason=reason
+            ),
         )
         for reason, names in by_reason.items()
     ]
@@ -215,7 +230,7 @@ def nonfinite_grad(obs: Observer) -> list[Finding]:
             "nonfinite-grad",
             "error",
             _names(bad, obs),
-            f"inf/NaN in the gradient of {len(bad)} parameter(s) in {_steps(steps)}",
+            _("inf/NaN in the gradient of {count} parameter(s) in {steps}").format(count=len(bad), steps=_steps(steps)),
         )
     ]
 
@@ -233,8 +248,10 @@ def grad_not_cleared(obs: Observer) -> list[Finding]:
             "grad-not-cleared",
             "error",
             _names(carried, obs),
-            f"in {_steps(steps)} backward added to a gradient still left from before the previous optimizer.step(): "
-            ".grad holds the sum of several steps' gradients",
+            _(
+                "in {steps} backward added to a gradient still left from before the previous optimizer.step(): "
+                ".grad holds the sum of several steps' gradients"
+            ).format(steps=_steps(steps)),
         )
     ]
 
@@ -254,8 +271,10 @@ def data_bypass(obs: Observer) -> list[Finding]:
             "data-bypass",
             "warning",
             _names(changed, obs),
-            f"changed outside optimizer.step() in {_steps(steps)} (max |change| {max(size.values()):.3g}) while the "
-            "version counter stayed put: a write through .data that autograd cannot see",
+            _(
+                "changed outside optimizer.step() in {steps} (max |change| {change:.3g}) while the "
+                "version counter stayed put: a write through .data that autograd cannot see"
+            ).format(steps=_steps(steps), change=max(size.values())),
         )
     ]
 
@@ -298,8 +317,10 @@ def eval_mode_in_training(obs: Observer) -> list[Finding]:
                 "eval-mode-in-training",
                 "warning",
                 _names([_typed(n, modules) for n in live]),
-                f"{'/'.join(kinds)} ran in eval mode in {_steps(steps)}: dropout is off and batch norm uses its "
-                "running statistics, so training optimizes a different model (model.eval() left over from validation?)",
+                _(
+                    "{kinds} ran in eval mode in {steps}: dropout is off and batch norm uses its running statistics, "
+                    "so training optimizes a different model (model.eval() left over from validation?)"
+                ).format(kinds="/".join(kinds), steps=_steps(steps)),
             )
         )
     if frozen:
@@ -308,8 +329,10 @@ def eval_mode_in_training(obs: Observer) -> list[Finding]:
                 "eval-mode-in-training",
                 "info",
                 _names([_typed(n, modules) for n in frozen]),
-                "ran in eval mode inside a block with no trainable parameter (a frozen backbone kept in eval mode: "
-                "fine if deliberate)",
+                _(
+                    "ran in eval mode inside a block with no trainable parameter (a frozen backbone kept in eval mode: "
+                    "fine if deliberate)"
+                ),
             )
         )
     return findings
@@ -325,14 +348,23 @@ def no_update(obs: Observer) -> list[Finding]:
                 unchanged.setdefault(name, []).append(s.index)
     if unchanged:
         lrs = sorted({g.get("lr") for opt in obs.optimizers for g in opt.param_groups if "lr" in g}, key=float)
-        lr_note = f" (learning rate(s) in the param groups: {', '.join(f'{float(lr):g}' for lr in lrs)})" if lrs else ""
+        lr_note = (
+            _(" (learning rate(s) in the param groups: {rates})").format(
+                rates=", ".join(f"{float(lr):g}" for lr in lrs)
+            )
+            if lrs
+            else ""
+        )
         steps = sorted({i for indices in unchanged.values() for i in indices})
         findings.append(
             Finding(
                 "no-update",
                 "error",
                 _names(unchanged, obs),
-                f"nonzero gradients, but the value did not change over optimizer.step() in {_steps(steps)}{lr_note}",
+                _("nonzero gradients, but the value did not change over optimizer.step() in {steps}").format(
+                    steps=_steps(steps)
+                )
+                + lr_note,
             )
         )
     cleared: dict[str, list[int]] = {}
@@ -350,8 +382,10 @@ def no_update(obs: Observer) -> list[Finding]:
                 "no-update",
                 "error",
                 _names(cleared, obs),
-                f"backward gave nonzero gradients, but .grad was empty when optimizer.step() ran in {_steps(steps)}: "
-                "zero_grad() sits between backward() and step()",
+                _(
+                    "backward gave nonzero gradients, but .grad was empty when optimizer.step() ran in {steps}: "
+                    "zero_grad() sits between backward() and step()"
+                ).format(steps=_steps(steps)),
             )
         )
     calls = sum(s.opt_step_calls for s in completed)
@@ -363,9 +397,11 @@ def no_update(obs: Observer) -> list[Finding]:
                 "no-update",
                 "error",
                 "optimizer.step()",
-                f"gradients were nonzero, but optimizer.step() of the optimizer passed to diagnose never ran in "
-                f"{len(completed)} step(s): the step calls step() on another optimizer, or skips it (a condition never "
-                "true, or accumulation over more calls than the batches given)",
+                _(
+                    "gradients were nonzero, but optimizer.step() of the optimizer passed to diagnose never ran in "
+                    "{count} step(s): the step calls step() on another optimizer, or skips it (a condition never "
+                    "true, or accumulation over more calls than the batches given)"
+                ).format(count=len(completed)),
             )
         )
     return findings
@@ -392,9 +428,19 @@ def update_undone(obs: Observer) -> list[Finding]:
             "update-undone",
             "error",
             _names(bad, obs),
-            f"optimizer.step() changed {'it' if len(bad) == 1 else 'them'}, but a write after the step put "
-            f"{'it' if len(bad) == 1 else 'them'} back to the value from before the step in {_steps(steps)}: the updates "
-            "never take effect (look for a clamp, a reset or a reload after optimizer.step())",
+            (
+                _(
+                    "optimizer.step() changed it, but a write after the step put it back to the value from before "
+                    "the step in {steps}: the updates never take effect (look for a clamp, a reset or a reload after "
+                    "optimizer.step())"
+                )
+                if len(bad) == 1
+                else _(
+                    "optimizer.step() changed them, but a write after the step put them back to the value from before "
+                    "the step in {steps}: the updates never take effect (look for a clamp, a reset or a reload after "
+                    "optimizer.step())"
+                )
+            ).format(steps=_steps(steps)),
         )
     ]
 
@@ -422,8 +468,10 @@ def update_ratio_high(obs: Observer) -> list[Finding]:
             "update-ratio-high",
             "warning",
             _names(high, obs),
-            f"‖Δθ‖/‖θ‖ above {UPDATE_RATIO_HIGH:g} for {len(high)} weight(s); largest {worst:.3g} for {name} in step "
-            f"{step}: one step rewrites a large part of the weight",
+            _(
+                "‖Δθ‖/‖θ‖ above {high:g} for {count} weight(s); largest {worst:.3g} for {name} in step "
+                "{step}: one step rewrites a large part of the weight"
+            ).format(high=UPDATE_RATIO_HIGH, count=len(high), worst=worst, name=name, step=step),
         )
     ]
 
@@ -442,8 +490,10 @@ def update_ratio_low(obs: Observer) -> list[Finding]:
             "update-ratio-low",
             "warning",
             _names(low, obs),
-            f"median ‖Δθ‖/‖θ‖ below {UPDATE_RATIO_LOW:g} for {len(low)} weight(s); smallest {median:.3g} for {name}: "
-            "the weights barely move",
+            _(
+                "median ‖Δθ‖/‖θ‖ below {low:g} for {count} weight(s); smallest {median:.3g} for {name}: "
+                "the weights barely move"
+            ).format(low=UPDATE_RATIO_LOW, count=len(low), median=median, name=name),
         )
     ]
 
@@ -460,28 +510,30 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
     if not skips:
         return []
     n, total = len(skips), len(history)
-    scales = f"scale {history[0][2]:g} → {obs.scaler.get_scale():g}"
+    scales = _("scale {first:g} → {last:g}").format(first=history[0][2], last=obs.scaler.get_scale())
     bad_loss = [i for i, _, _, loss in skips if loss is not None and not math.isfinite(loss)]
     low = [i for i, _, scale, _ in skips if scale < SCALE_FLOOR]
-    loss_note = f"; the loss itself was inf/NaN in {_steps(bad_loss)}" if bad_loss else ""
+    loss_note = _("; the loss itself was inf/NaN in {steps}").format(steps=_steps(bad_loss)) if bad_loss else ""
     if n == total and (bad_loss or low):
         evidence = (
-            f"the loss itself is inf/NaN in {_steps(bad_loss)}"
+            _("the loss itself is inf/NaN in {steps}").format(steps=_steps(bad_loss))
             if bad_loss
-            else f"the gradients stay inf/NaN at a scale below {SCALE_FLOOR:g}"
+            else _("the gradients stay inf/NaN at a scale below {floor:g}").format(floor=SCALE_FLOOR)
         )
         return [
             Finding(
                 "amp-step-skipped",
                 "error",
                 "scaler.step()",
-                f"the GradScaler skipped all {total} optimizer steps ({scales}) and {evidence}: the inf/NaN comes from "
-                "the inputs, the forward or the loss, not from an overflow of the scaled gradients",
+                _(
+                    "the GradScaler skipped all {total} optimizer steps ({scales}) and {evidence}: the inf/NaN comes "
+                    "from the inputs, the forward or the loss, not from an overflow of the scaled gradients"
+                ).format(total=total, scales=scales, evidence=evidence),
             )
         ]
     worked: float | None = None  # the last scale at which a step was applied
     trouble = []
-    for i, skipped, scale, _ in history:
+    for i, skipped, scale, _loss in history:
         if not skipped:
             worked = scale
         elif i in bad_loss or scale < SCALE_FLOOR or (worked is not None and scale <= worked):
@@ -492,8 +544,11 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
                 "amp-step-skipped",
                 "warning",
                 "scaler.step()",
-                f"the GradScaler skipped {len(trouble)} of {total} optimizer steps at a scale that had worked before "
-                f"({_steps(trouble)}; {scales}){loss_note}",
+                _(
+                    "the GradScaler skipped {count} of {total} optimizer steps at a scale that had worked before "
+                    "({steps}; {scales})"
+                ).format(count=len(trouble), total=total, steps=_steps(trouble), scales=scales)
+                + loss_note,
             )
         ]
     if n == total:
@@ -503,9 +558,11 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
                 "amp-step-skipped",
                 "info",
                 "scaler.step()",
-                f"the GradScaler skipped all {total} steps while its scale backed off from its start ({scales}) with a "
-                f"finite loss: it is still calibrating, no update was applied yet. Observe more steps (up to {more} more "
-                f"before the scale falls below {SCALE_FLOOR:g}): only skips that go on past that are a fault",
+                _(
+                    "the GradScaler skipped all {total} steps while its scale backed off from its start ({scales}) "
+                    "with a finite loss: it is still calibrating, no update was applied yet. Observe more steps (up to "
+                    "{more} more before the scale falls below {floor:g}): only skips that go on past that are a fault"
+                ).format(total=total, scales=scales, more=more, floor=SCALE_FLOOR),
             )
         ]
     return [
@@ -513,8 +570,10 @@ def amp_step_skipped(obs: Observer) -> list[Finding]:
             "amp-step-skipped",
             "info",
             "scaler.step()",
-            f"the GradScaler skipped {n} of {total} steps ({_steps(h[0] for h in skips)}; {scales}) while the scale "
-            "calibrated (backing off from its start, or probing after it grew) with a finite loss: normal",
+            _(
+                "the GradScaler skipped {count} of {total} steps ({steps}; {scales}) while the scale "
+                "calibrated (backing off from its start, or probing after it grew) with a finite loss: normal"
+            ).format(count=n, total=total, steps=_steps(h[0] for h in skips), scales=scales),
         )
     ]
 
@@ -525,20 +584,29 @@ def _clip_effect(obs: Observer) -> str:
     factors = [c.factor for s in obs.steps for c in s.clips if c.still_scaled and c.factor]
     if adaptive:
         a = adaptive[0]
-        return (
-            f" {a.optimizer} divides by √v + eps, so a common factor on the gradients mostly cancels: what remains "
-            f"acts through eps = {a.eps:g}. Its gradients arrived {1 / factors[0]:.3g}× too small (median |g| "
-            f"{a.median_grad:.2g}, {a.median_grad / a.eps:.2g}× eps), which makes a first update about "
-            f"{a.first_step_ratio:.2f}× the right one here; the smaller the gradient elements (the larger the model), "
+        return " " + _(
+            "{optimizer} divides by √v + eps, so a common factor on the gradients mostly cancels: what remains "
+            "acts through eps = {eps:g}. Its gradients arrived {small:.3g}× too small (median |g| "
+            "{median:.2g}, {over_eps:.2g}× eps), which makes a first update about "
+            "{ratio:.2f}× the right one here; the smaller the gradient elements (the larger the model), "
             "the larger the damage"
+        ).format(
+            optimizer=a.optimizer,
+            eps=a.eps,
+            small=1 / factors[0],
+            median=a.median_grad,
+            over_eps=a.median_grad / a.eps,
+            ratio=a.first_step_ratio,
         )
     if factors and all(isinstance(o, torch.optim.SGD) for o in obs.optimizers):
-        return (
-            f" SGD moves by the gradient it receives, which is {factors[0]:.2g}× the right one (step 1): every "
+        return " " + _(
+            "SGD moves by the gradient it receives, which is {factor:.2g}× the right one (step 1): every "
             "update shrinks by that factor"
-        )
+        ).format(factor=factors[0])
     if factors:
-        return f" The optimizer receives gradients {factors[0]:.2g}× the right ones (step 1)"
+        return " " + _("The optimizer receives gradients {factor:.2g}× the right ones (step 1)").format(
+            factor=factors[0]
+        )
     return ""
 
 
@@ -553,8 +621,11 @@ def clip_before_unscale(obs: Observer) -> list[Finding]:
             "clip-before-unscale",
             "error",
             clip.line,
-            f"{clip.label} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
-            f"{_steps(i for i, _ in scaled)}: the threshold acts as max_norm / scale.{_clip_effect(obs)}",
+            _(
+                "{clip} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
+                "{steps}: the threshold acts as max_norm / scale."
+            ).format(clip=clip.label, scale=scale, steps=_steps(i for i, _c in scaled))
+            + _clip_effect(obs),
         )
     ]
 
