@@ -13,11 +13,13 @@ The course material they run lives in :mod:`autogradlab.models.compiled.exercise
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import CheckpointPolicy
 
-from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, close, passed
+from autogradlab.checks.core import ExerciseError, LearnerCall, close, mistakes, passed
 from autogradlab.graph.saved_bytes import SavedBytes
 from autogradlab.models.compiled import (
     base_of,
@@ -75,46 +77,27 @@ def _all_outputs(forward, backward):
     return sum(_bytes(b) for b in bases if b.op != "placeholder")
 
 
-SAVED_MISTAKES = (
-    Mistake(
-        "tangents",
-        "the backward graph's inputs named tangents_… are the incoming gradients, not saved values: "
-        "backward receives them when it runs, the forward keeps nothing for them.",
-        lambda f, b: _total(f, b, tangents=True),
-    ),
-    Mistake(
-        "inputs",
-        "a saved input (a placeholder of the forward graph: a parameter, the batch) exists anyway: it adds no memory.",
-        lambda f, b: _total(f, b, inputs=True),
-    ),
-    Mistake(
-        "views-of-inputs",
-        "a saved view of an input (t, permute, view, expand …: `node.target.is_view`) shares the input's memory: "
-        "follow view ops back to their base before you count.",
-        lambda f, b: _total(f, b, views=True),
-    ),
-    Mistake(
-        "per-value",
-        "two saved values can be views of one tensor (a result and its `alias`, the halves of a `chunk`): count "
-        "the memory of their base once, not each value.",
-        lambda f, b: _total(f, b, per_value=True),
-    ),
-    Mistake(
-        "elements",
-        "count bytes, not elements: `node.meta['val']` is a tensor with `.numel()` and `.element_size()`.",
-        lambda f, b: _total(f, b, element_size=1),
-    ),
-    Mistake(
-        "four-bytes",
-        "the element size depends on the dtype: 8 bytes for float64, 2 for the bfloat16 copies autocast saves.",
-        lambda f, b: _total(f, b, element_size=4),
-    ),
-    Mistake(
-        "all-outputs",
-        "the forward graph's first outputs are the function's results, not values saved for backward: take the "
-        "backward graph's inputs (minus the tangents) as the saved set.",
-        _all_outputs,
-    ),
+SAVED_HINTS = {
+    "tangents": "the backward graph's inputs named tangents_… are the incoming gradients, not saved values: backward receives them when it runs, the forward keeps nothing for them.",
+    "inputs": "a saved input (a placeholder of the forward graph: a parameter, the batch) exists anyway: it adds no memory.",
+    "views-of-inputs": "a saved view of an input (t, permute, view, expand …: `node.target.is_view`) shares the input's memory: follow view ops back to their base before you count.",
+    "per-value": "two saved values can be views of one tensor (a result and its `alias`, the halves of a `chunk`): count the memory of their base once, not each value.",
+    "elements": "count bytes, not elements: `node.meta['val']` is a tensor with `.numel()` and `.element_size()`.",
+    "four-bytes": "the element size depends on the dtype: 8 bytes for float64, 2 for the bfloat16 copies autocast saves.",
+    "all-outputs": "the forward graph's first outputs are the function's results, not values saved for backward: take the backward graph's inputs (minus the tangents) as the saved set.",
+    None: "list the saved values, follow each view back to its base, and count the bases that are not inputs, each once.",
+}
+SAVED_MISTAKES = mistakes(
+    SAVED_HINTS,
+    {
+        "tangents": partial(_total, tangents=True),
+        "inputs": partial(_total, inputs=True),
+        "views-of-inputs": partial(_total, views=True),
+        "per-value": partial(_total, per_value=True),
+        "elements": partial(_total, element_size=1),
+        "four-bytes": partial(_total, element_size=4),
+        "all-outputs": _all_outputs,
+    },
 )
 
 
@@ -151,35 +134,25 @@ def check_saved_bytes(saved_bytes) -> None:
         candidates = [m for m in candidates if m.compute(forward, backward) == got]
         if got == measured.total:
             continue
-        raise ExerciseError(
-            "value",
-            f"`saved_bytes` is wrong for {case.label}: you count {got} B, the saved-tensor hooks measure "
-            f"{measured.total} B kept for backward (inputs left out).",
-            detail="Saved values: "
-            + ", ".join(f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t),
-            hint=candidates[0].hint
-            if candidates
-            else "list the saved values, follow each view back to its base, and count the bases that are not "
-            "inputs, each once.",
-            mistake=candidates[0].id if candidates else None,
-            measured={"got": got, "expected": measured.total},
+        summary = f"`saved_bytes` is wrong for {case.label}: you count {got} B, the saved-tensor hooks measure {measured.total} B kept for backward (inputs left out)."
+        detail = "Saved values: " + ", ".join(
+            f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t
         )
+        slip = candidates[0].id if candidates else None
+        measured = {"got": got, "expected": measured.total}
+        raise ExerciseError("value", summary, detail=detail, hint=SAVED_HINTS[slip], mistake=slip, measured=measured)
     passed(
-        f"saved_bytes reads what {len(SAVED_CASES)} compiled forwards keep for backward, as the saved-tensor hooks "
-        "measure it"
+        f"saved_bytes reads what {len(SAVED_CASES)} compiled forwards keep for backward, as the saved-tensor hooks measure it"
     )
 
 
 # --------------------------------------------------------------------------- exercise 2: a step without graph breaks
 
 BREAK_HINTS = {
-    "item": "`.item()` or `float()` turns a tensor into a Python number, which Dynamo cannot keep in a graph: "
-    "compare and divide with tensors (`torch.where`, `loss.detach()`).",
-    "branch": "a Python `if` on a tensor's value breaks the graph: compute both sides and pick with `torch.where`, "
-    "or notice that the op does nothing where the condition is false.",
+    "item": "`.item()` or `float()` turns a tensor into a Python number, which Dynamo cannot keep in a graph: compare and divide with tensors (`torch.where`, `loss.detach()`).",
+    "branch": "a Python `if` on a tensor's value breaks the graph: compute both sides and pick with `torch.where`, or notice that the op does nothing where the condition is false.",
     "print": "`print` runs Python on the side: return the loss and let the caller log it.",
-    "disabled": "a `torch.compiler.disable`d function is run eagerly between two graphs: that is a break too; "
-    "write its work with tensor ops instead.",
+    "disabled": "a `torch.compiler.disable`d function is run eagerly between two graphs: that is a break too; write its work with tensor ops instead.",
 }
 
 
@@ -209,28 +182,20 @@ def _slip(clamp=True, normalize="above 1", divisor=torch.Tensor.detach):
     return step
 
 
-STEP_MISTAKES = (
-    Mistake(
-        "clamp-dropped",
-        "the clamp changes the gradient where outputs lie beyond ±10 (there it is 0): keep it, it needs no `if`.",
-        _slip(clamp=False),
-    ),
-    Mistake(
-        "normalize-dropped",
-        "a loss above 1 is divided by its own value (a constant: `.item()`); keep that, written with tensors.",
-        _slip(normalize=None),
-    ),
-    Mistake(
-        "normalize-always",
-        "only a loss above 1 is divided by its value; below 1 the step is unchanged (`torch.where`).",
-        _slip(normalize="always"),
-    ),
-    Mistake(
-        "not-detached",
-        "`loss / loss` is the constant 1 with a zero gradient; `.item()` divided by a number "
-        "that carries no gradient: that is `loss.detach()`.",
-        _slip(divisor=lambda loss: loss),
-    ),
+STEP_HINTS = {
+    "clamp-dropped": "the clamp changes the gradient where outputs lie beyond ±10 (there it is 0): keep it, it needs no `if`.",
+    "normalize-dropped": "a loss above 1 is divided by its own value (a constant: `.item()`); keep that, written with tensors.",
+    "normalize-always": "only a loss above 1 is divided by its value; below 1 the step is unchanged (`torch.where`).",
+    "not-detached": "`loss / loss` is the constant 1 with a zero gradient; `.item()` divided by a number that carries no gradient: that is `loss.detach()`.",
+}
+STEP_MISTAKES = mistakes(
+    STEP_HINTS,
+    {
+        "clamp-dropped": _slip(clamp=False),
+        "normalize-dropped": _slip(normalize=None),
+        "normalize-always": _slip(normalize="always"),
+        "not-detached": _slip(divisor=lambda loss: loss),
+    },
 )
 
 
@@ -259,51 +224,36 @@ def check_step_without_breaks(step_without_breaks) -> None:
     """
     learner = LearnerCall(step_without_breaks, "step_without_breaks", frozen_inputs=False)
     for label in STEP_CASES:
-        got_loss, got_grads = _run_step(learner.on(label), label)
-        loss, grads = _run_step(logged_step, label)
-        if close(got_loss, loss) and all(close(g, e) for g, e in zip(got_grads, grads)):
+        got, expected = _run_step(learner.on(label), label), _run_step(logged_step, label)
+        if _matches(expected, got):
             continue
-        slips = [m for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), (got_loss, got_grads))]
-        what = "loss" if not close(got_loss, loss) else "gradients"
-        raise ExerciseError(
-            "value",
-            f"`step_without_breaks` changes the {what} for the batch with {label}: loss {got_loss.item():.6g}, "
-            f"logged_step's {loss.item():.6g}.",
-            hint=slips[0].hint if slips else None,
-            mistake=slips[0].id if slips else None,
-        )
+        slip = next((m.id for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), got)), None)
+        what = "loss" if not close(got[0], expected[0]) else "gradients"
+        summary = f"`step_without_breaks` changes the {what} for the batch with {label}: loss {got[0].item():.6g}, logged_step's {expected[0].item():.6g}."
+        raise ExerciseError("value", summary, hint=STEP_HINTS.get(slip), mistake=slip)
     model, x, y = step_case("clamped, large loss")
     with quiet_print():
         found = graph_breaks(step_without_breaks, model, x, y)
     if found.breaks:
         first = found.breaks[0]
         kind = _break_kind(first.reason, first.line)
-        raise ExerciseError(
-            "graph-break",
-            f"Dynamo still breaks `step_without_breaks` into {found.graphs} graphs: {len(found.breaks)} break(s), "
-            f"the first at `{first.line}` ({first.reason}).",
-            hint=BREAK_HINTS.get(kind),
-            mistake=kind,
-        )
+        summary = f"Dynamo still breaks `step_without_breaks` into {found.graphs} graphs: {len(found.breaks)} break(s), the first at `{first.line}` ({first.reason})."
+        raise ExerciseError("graph-break", summary, hint=BREAK_HINTS.get(kind), mistake=kind)
     torch.compiler.reset()
     try:  # fullgraph=True raises at any break, also one the explanation did not list
         with quiet(), quiet_print():
             torch.compile(step_without_breaks, backend="eager", fullgraph=True)(model, x, y)
     except Exception as exc:
-        raise ExerciseError(
-            "graph-break",
-            f"`torch.compile(step_without_breaks, fullgraph=True)` refuses it: {str(exc).splitlines()[0]}",
-            mistake="other",
-        ) from None
+        summary = f"`torch.compile(step_without_breaks, fullgraph=True)` refuses it: {str(exc).splitlines()[0]}"
+        raise ExerciseError("graph-break", summary, mistake="other") from None
     passed(
-        f"step_without_breaks gives logged_step's loss and gradients on {len(STEP_CASES)} batches, in one graph "
-        "with no break"
+        f"step_without_breaks gives logged_step's loss and gradients on {len(STEP_CASES)} batches, in one graph with no break"
     )
 
 
-def _matches(wrong, got) -> bool:
-    (wrong_loss, wrong_grads), (loss, grads) = wrong, got
-    return close(loss, wrong_loss) and all(close(g, w) for g, w in zip(grads, wrong_grads))
+def _matches(expected, got) -> bool:
+    """The same loss and gradients (``_run_step``'s results)."""
+    return close(got[0], expected[0]) and all(close(g, e) for g, e in zip(got[1], expected[1]))
 
 
 # --------------------------------------------------------------------------- exercise 3: a policy under a byte budget
@@ -333,11 +283,9 @@ def _policies():
 
 
 POLICY_HINTS = {
-    "saves-nothing": "recomputing every matmul fits the budget but doubles the forward's FLOPs: some matmul outputs "
-    "do fit, save those.",
+    "saves-nothing": "recomputing every matmul fits the budget but doubles the forward's FLOPs: some matmul outputs do fit, save those.",
     "all-matmuls": "every matmul output is 4 budgets' worth of bytes: choose which matmuls to save.",
-    "larger-outputs": "`up`'s output (tokens × 4·width) is four times `down`'s (tokens × width) for the same FLOPs: "
-    "per byte, saving `down` buys four times as much.",
+    "larger-outputs": "`up`'s output (tokens × 4·width) is four times `down`'s (tokens × width) for the same FLOPs: per byte, saving `down` buys four times as much.",
     "addmm-only": "a Linear without bias runs `aten.mm`, not `aten.addmm`: this stack has both kinds.",
     "saves-pointwise": "pointwise outputs are large and cheap to recompute; the matmuls are what costs FLOPs.",
 }
@@ -394,13 +342,9 @@ def check_checkpoint_policy(policy) -> None:
                 problems.append(error)
                 return CheckpointPolicy.PREFER_RECOMPUTE
             if not isinstance(decision, CheckpointPolicy):
-                problems.append(
-                    ExerciseError(
-                        "type",
-                        f"`policy` returned {decision!r} for {op} ({label}); it must return a CheckpointPolicy.",
-                        hint="return CheckpointPolicy.MUST_SAVE or CheckpointPolicy.PREFER_RECOMPUTE.",
-                    )
-                )
+                summary = f"`policy` returned {decision!r} for {op} ({label}); it must return a CheckpointPolicy."
+                hint = "return CheckpointPolicy.MUST_SAVE or CheckpointPolicy.PREFER_RECOMPUTE."
+                problems.append(ExerciseError("type", summary, hint=hint))
                 return CheckpointPolicy.PREFER_RECOMPUTE
             return decision
 
@@ -409,34 +353,27 @@ def check_checkpoint_policy(policy) -> None:
         except Exception as exc:  # raised inside torch while it traced the policy
             if problems:
                 raise problems[0] from None
-            inner = _exercise_error_in(exc)
-            if inner is not None:
+            if inner := _exercise_error_in(exc):
                 raise inner from None
-            raise ExerciseError(
-                "raised",
-                f"compiling the stack with `policy` raised {type(exc).__name__} for {label}: {str(exc).splitlines()[0]}",
-                hint="return a `torch.utils.checkpoint.CheckpointPolicy` (MUST_SAVE or PREFER_RECOMPUTE) for every op.",
-            ) from None
+            summary = (
+                f"compiling the stack with `policy` raised {type(exc).__name__} for {label}: {str(exc).splitlines()[0]}"
+            )
+            hint = "return a `torch.utils.checkpoint.CheckpointPolicy` (MUST_SAVE or PREFER_RECOMPUTE) for every op."
+            raise ExerciseError("raised", summary, hint=hint) from None
         if problems:
             raise problems[0]
         least = least_recompute_flops(tokens, width, depth)
         if saved <= budget and flops <= least:
             continue
-        slip = next(
-            (name for name, wrong in _policies().items() if _measure_policy(wrong, case)[:2] == (saved, flops)),
-            None,
-        )
+        slip = next((n for n, wrong in _policies().items() if _measure_policy(wrong, case)[:2] == (saved, flops)), None)
         over = saved > budget
+        summary = f"for {label}: `policy` keeps {saved} B (budget {budget} B) and recomputes {flops} matmul FLOPs (the fewest possible within the budget: {least})."
+        detail = "Over the budget." if over else "Within the budget, but more recomputation than needed."
+        measured = {"saved": saved, "budget": budget, "flops": flops, "least": least}
+        mistake = slip or ("over-budget" if over else "too-much-recompute")
         raise ExerciseError(
-            "contract",
-            f"for {label}: `policy` keeps {saved} B (budget {budget} B) and recomputes {flops} matmul FLOPs "
-            f"(the fewest possible within the budget: {least}).",
-            detail="Over the budget." if over else "Within the budget, but more recomputation than needed.",
-            hint=POLICY_HINTS.get(slip) if slip else None,
-            mistake=slip or ("over-budget" if over else "too-much-recompute"),
-            measured={"saved": saved, "budget": budget, "flops": flops, "least": least},
+            "contract", summary, detail=detail, hint=POLICY_HINTS.get(slip), mistake=mistake, measured=measured
         )
     passed(
-        f"policy keeps {len(POLICY_CASES)} compiled stacks within a quarter of their matmul bytes, recomputing the "
-        "fewest FLOPs"
+        f"policy keeps {len(POLICY_CASES)} compiled stacks within a quarter of their matmul bytes, recomputing the fewest FLOPs"
     )
