@@ -44,16 +44,14 @@ _DERIVATIVE_HINTS = {
     "power-rule": "power rule: d/dx x² = 2x (you used x).",
     "u'v'": "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).",
 }
-DERIVATIVE_MISTAKES = mistakes(
-    _DERIVATIVE_HINTS,
-    {
-        "only-u'v": lambda x: 2 * x * torch.sin(x),
-        "only-uv'": lambda x: x**2 * torch.cos(x),
-        "sign": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
-        "power-rule": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
-        "u'v'": lambda x: 2 * x * torch.cos(x),
-    },
-)
+_DERIVATIVE_SLIPS = {
+    "only-u'v": lambda x: 2 * x * torch.sin(x),
+    "only-uv'": lambda x: x**2 * torch.cos(x),
+    "sign": lambda x: 2 * x * torch.sin(x) - x**2 * torch.cos(x),
+    "power-rule": lambda x: x * torch.sin(x) + x**2 * torch.cos(x),
+    "u'v'": lambda x: 2 * x * torch.cos(x),
+}
+DERIVATIVE_MISTAKES = mistakes(_DERIVATIVE_HINTS, _DERIVATIVE_SLIPS)
 
 
 def check_derivative(df_dx) -> None:
@@ -119,20 +117,18 @@ _SILU_HINTS = {
     "x-missing": "the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x))).",
     "overflow": _OVERFLOW,
 }
-SILU_MISTAKES = mistakes(
-    _SILU_HINTS,
-    {
-        "only-sigma": _sig,
-        "only-x-sigma'": lambda x: x * _sig(x) * (1 - _sig(x)),
-        "sigma'-is-sigma": lambda x: _sig(x) + x * _sig(x),
-        "tanh-pattern": lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
-        "denominator-not-squared": lambda x: _sig(x) + x * (1 - _sig(x)),
-        "sign": lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
-        "u'v'": lambda x: _sig(x) * (1 - _sig(x)),
-        "x-missing": lambda x: _sig(x) + _sig(x) * (1 - _sig(x)),
-        "overflow": _exp_form,
-    },
-)
+_SILU_SLIPS = {
+    "only-sigma": _sig,
+    "only-x-sigma'": lambda x: x * _sig(x) * (1 - _sig(x)),
+    "sigma'-is-sigma": lambda x: _sig(x) + x * _sig(x),
+    "tanh-pattern": lambda x: _sig(x) + x * (1 - _sig(x) ** 2),
+    "denominator-not-squared": lambda x: _sig(x) + x * (1 - _sig(x)),
+    "sign": lambda x: _sig(x) - x * _sig(x) * (1 - _sig(x)),
+    "u'v'": lambda x: _sig(x) * (1 - _sig(x)),
+    "x-missing": lambda x: _sig(x) + _sig(x) * (1 - _sig(x)),
+    "overflow": _exp_form,
+}
+SILU_MISTAKES = mistakes(_SILU_HINTS, _SILU_SLIPS)
 
 
 def check_silu_derivative(dsilu_dx) -> None:
