@@ -113,15 +113,13 @@ _SCALED_GRADIENT_HINTS = {
     "mean-and-std-cut": "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path x -> output is in the graph.",
     "clamp-hidden": "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
 }
-SCALED_GRADIENT_MISTAKES = mistakes(
-    _SCALED_GRADIENT_HINTS,
-    {
-        "mean-cut": lambda x, t: _scaled(x, t, mean=False),
-        "std-cut": lambda x, t: _scaled(x, t, std=False),
-        "mean-and-std-cut": lambda x, t: _scaled(x, t, mean=False, std=False),
-        "clamp-hidden": lambda x, t: _scaled(x, t, clamp="hidden"),
-    },
-)
+_SCALED_GRADIENT_SLIPS = {
+    "mean-cut": lambda x, t: _scaled(x, t, mean=False),
+    "std-cut": lambda x, t: _scaled(x, t, std=False),
+    "mean-and-std-cut": lambda x, t: _scaled(x, t, mean=False, std=False),
+    "clamp-hidden": lambda x, t: _scaled(x, t, clamp="hidden"),
+}
+SCALED_GRADIENT_MISTAKES = mistakes(_SCALED_GRADIENT_HINTS, _SCALED_GRADIENT_SLIPS)
 
 _SCALED_VALUE_HINTS = {
     "no-clamp": "the scores are not capped at ±3 (the clamp is missing).",
@@ -129,15 +127,13 @@ _SCALED_VALUE_HINTS = {
     "times-temperature": "divide by the temperature, not multiply.",
     "clamped-x": "clamp the standardised scores, not x itself.",
 }
-SCALED_VALUE_MISTAKES = mistakes(
-    _SCALED_VALUE_HINTS,
-    {
-        "no-clamp": lambda x, t: _scaled(x, t, clamp="none"),
-        "biased-std": lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
-        "times-temperature": lambda x, t: _scaled(x, t) * t * t,
-        "clamped-x": lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
-    },
-)
+_SCALED_VALUE_SLIPS = {
+    "no-clamp": lambda x, t: _scaled(x, t, clamp="none"),
+    "biased-std": lambda x, t: ((x - x.mean()) / x.std(correction=0)).clamp(-3.0, 3.0) / t,
+    "times-temperature": lambda x, t: _scaled(x, t) * t * t,
+    "clamped-x": lambda x, t: (lambda c: (c - c.mean()) / c.std())(x.clamp(-3.0, 3.0)) / t,
+}
+SCALED_VALUE_MISTAKES = mistakes(_SCALED_VALUE_HINTS, _SCALED_VALUE_SLIPS)
 
 
 def _scaled_cases() -> list[Case]:
