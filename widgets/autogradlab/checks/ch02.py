@@ -96,19 +96,17 @@ _CROSS_ENTROPY_HINTS = {
     "global-max": "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).",
     "log-of-softmax": "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).",
 }
-CROSS_ENTROPY_MISTAKES = mistakes(
-    _CROSS_ENTROPY_HINTS,
-    {
-        "no-mean": lambda z, y: _softmax_ce(z, y, mean=False),
-        "no-onehot": lambda z, y: _softmax_ce(z, y, onehot=False),
-        "softmax-dim": lambda z, y: _softmax_ce(z, y, softmax_dim=0),
-        "mean-over-BC": lambda z, y: (_softmax_ce(z, y)[0], _softmax_ce(z, y)[1] / z.shape[1]),
-        "column-block": lambda z, y: _softmax_ce(z, y, pick="block"),
-        "exp-overflow": lambda z, y: _softmax_ce(z, y, shift="none"),
-        "global-max": lambda z, y: _softmax_ce(z, y, shift="global"),
-        "log-of-softmax": lambda z, y: _softmax_ce(z, y, log_of_softmax=True),
-    },
-)
+_CROSS_ENTROPY_SLIPS = {
+    "no-mean": lambda z, y: _softmax_ce(z, y, mean=False),
+    "no-onehot": lambda z, y: _softmax_ce(z, y, onehot=False),
+    "softmax-dim": lambda z, y: _softmax_ce(z, y, softmax_dim=0),
+    "mean-over-BC": lambda z, y: (_softmax_ce(z, y)[0], _softmax_ce(z, y)[1] / z.shape[1]),
+    "column-block": lambda z, y: _softmax_ce(z, y, pick="block"),
+    "exp-overflow": lambda z, y: _softmax_ce(z, y, shift="none"),
+    "global-max": lambda z, y: _softmax_ce(z, y, shift="global"),
+    "log-of-softmax": lambda z, y: _softmax_ce(z, y, log_of_softmax=True),
+}
+CROSS_ENTROPY_MISTAKES = mistakes(_CROSS_ENTROPY_HINTS, _CROSS_ENTROPY_SLIPS)
 
 
 _KEEPDIM = "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
