@@ -106,13 +106,7 @@ def _check_vjp(fn, reference, cases, large: Case, *, name, what_not, mistakes, e
         hint = f"a VJP rule never needs J: {no_j}"
         raise ExerciseError("contract", summary, hint=hint, mistake="built-jacobian", measured=measured)
     check_function(
-        fn,
-        reference,
-        [*cases, large],
-        name=name,
-        mistakes=mistakes,
-        error_hints=error_hints,
-        off_limits=off_limits,
+        fn, reference, [*cases, large], name=name, mistakes=mistakes, error_hints=error_hints, off_limits=off_limits
     )
 
 
@@ -173,18 +167,16 @@ _SOFTMAX_HINTS = {
     "second-term-without-y": "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.",
     "first-term-without-y": "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.",
 }
-SOFTMAX_MISTAKES = mistakes(
-    _SOFTMAX_HINTS,
-    {
-        "diagonal-only": lambda y, v, dim: y * v,
-        "sum-over-all": lambda y, v, dim: y * (v - (v * y).sum()),
-        "last-dim": lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
-        "dim-0": lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)),
-        "unweighted-sum": lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
-        "second-term-without-y": lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
-        "first-term-without-y": lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
-    },
-)
+_SOFTMAX_SLIPS = {
+    "diagonal-only": lambda y, v, dim: y * v,
+    "sum-over-all": lambda y, v, dim: y * (v - (v * y).sum()),
+    "last-dim": lambda y, v, dim: y * (v - (v * y).sum(-1, keepdim=True)),
+    "dim-0": lambda y, v, dim: y * (v - (v * y).sum(0, keepdim=True)),
+    "unweighted-sum": lambda y, v, dim: y * (v - v.sum(dim, keepdim=True)),
+    "second-term-without-y": lambda y, v, dim: y * v - (v * y).sum(dim, keepdim=True),
+    "first-term-without-y": lambda y, v, dim: v - y * (v * y).sum(dim, keepdim=True),
+}
+SOFTMAX_MISTAKES = mistakes(_SOFTMAX_HINTS, _SOFTMAX_SLIPS)
 
 
 def check_softmax_vjp(softmax_vjp) -> None:
@@ -275,18 +267,16 @@ _SUM_TO_SHAPE_HINTS = {
     "reshape-sum": "grad.reshape(-1, *shape).sum(0) regroups elements in memory order: it matches the broadcast only when b's dims are all full size. Sum over the dims where b has size 1 (keepdim=True) instead.",
     "empty-dims": "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, grad is already the answer.",
 }
-SUM_TO_SHAPE_MISTAKES = mistakes(
-    _SUM_TO_SHAPE_HINTS,
-    {
-        "dim-0": lambda grad, shape: grad.sum(0),
-        "leading-only": _sum_leading,
-        "no-keepdim": _stretched_summed,
-        "mean": lambda grad, shape: grad.sum_to_size(shape) * (math.prod(shape) / grad.numel()),
-        "from-the-left": _sum_matched_from_the_left,
-        "reshape-sum": lambda grad, shape: grad.reshape(-1, *shape).sum(0),
-        "empty-dims": lambda grad, shape: grad.sum(()),
-    },
-)
+_SUM_TO_SHAPE_SLIPS = {
+    "dim-0": lambda grad, shape: grad.sum(0),
+    "leading-only": _sum_leading,
+    "no-keepdim": _stretched_summed,
+    "mean": lambda grad, shape: grad.sum_to_size(shape) * (math.prod(shape) / grad.numel()),
+    "from-the-left": _sum_matched_from_the_left,
+    "reshape-sum": lambda grad, shape: grad.reshape(-1, *shape).sum(0),
+    "empty-dims": lambda grad, shape: grad.sum(()),
+}
+SUM_TO_SHAPE_MISTAKES = mistakes(_SUM_TO_SHAPE_HINTS, _SUM_TO_SHAPE_SLIPS)
 
 
 def check_sum_to_shape(sum_to_shape) -> None:
@@ -408,15 +398,13 @@ _HVP_HINTS = {
     "no-cross-terms": "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.",
     "zero-block": f"this block is not zero. Linear in a parameter does not make its block zero: {_ZERO_ONLY_IF}. For Σ p ⊙ q, ∇ₚf = q, so the p-block is v_q.",
 }
-HVP_MISTAKES = mistakes(
-    _HVP_HINTS,
-    {
-        "gradient": lambda f, params, vs: _grads(f, params),
-        "gradient-times-v": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
-        "zero-block": lambda f, params, vs: [torch.zeros_like(p) for p in params],
-        "no-cross-terms": lambda f, params, vs: _two_passes(f, params, vs, cross_terms=False),
-    },
-)
+_HVP_SLIPS = {
+    "gradient": lambda f, params, vs: _grads(f, params),
+    "gradient-times-v": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
+    "zero-block": lambda f, params, vs: [torch.zeros_like(p) for p in params],
+    "no-cross-terms": lambda f, params, vs: _two_passes(f, params, vs, cross_terms=False),
+}
+HVP_MISTAKES = mistakes(_HVP_HINTS, _HVP_SLIPS)
 
 _HVP_SHORTCUTS = OffLimits(
     routines=tuple(r for r in autograd_routines() if r.attr not in ("backward", "grad")),
@@ -480,9 +468,8 @@ def _check_hvp_inputs(params, vs, learner_params, learner_vs, label) -> None:
 def _compare_blocks(got, expected, f, params, vs, label) -> None:
     if isinstance(got, torch.Tensor) and len(params) > 1:
         hint = "return a list with one block of H v per parameter, each shaped like its parameter."
-        raise ExerciseError(
-            "type", f"`hvp` returned one tensor for {label}, which has {len(params)} parameters.", hint=hint
-        )
+        summary = f"`hvp` returned one tensor for {label}, which has {len(params)} parameters."
+        raise ExerciseError("type", summary, hint=hint)
     got = [got] if isinstance(got, torch.Tensor) else got
     if not isinstance(got, (list, tuple)) or len(got) != len(params):
         length = f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
