@@ -75,9 +75,8 @@ def _apply_of(cls, name: str) -> Callable:
         return cls.apply
     if isinstance(getattr(cls, "__self__", None), type) and issubclass(cls.__self__, torch.autograd.Function):
         return cls
-    raise broken(
-        "not-a-function-class", name, shown=f"the class {cls.__name__}" if isinstance(cls, type) else type(cls).__name__
-    )
+    shown = f"the class {cls.__name__}" if isinstance(cls, type) else type(cls).__name__
+    raise broken("not-a-function-class", name, shown=shown)
 
 
 def _leaves(args: tuple, frozen: Sequence[int]) -> list:
@@ -106,9 +105,8 @@ def _forward(learner: LearnerCall, leaves: list, label: str) -> tuple:
 
 def _backward(cls, out, v, leaves, frozen, names, name: str, label: str, hints: str | None) -> tuple:
     """Call the learner's backward directly: one gradient per input, None exactly where no gradient is wanted."""
-    grads = LearnerCall(
-        lambda: cls.backward(out.grad_fn, v), f"{name}.backward", error_hints=hints, frozen_inputs=False
-    ).on(label)()
+    backward = lambda: cls.backward(out.grad_fn, v)
+    grads = LearnerCall(backward, f"{name}.backward", error_hints=hints, frozen_inputs=False).on(label)()
     grads = grads if isinstance(grads, tuple) else (grads,)
     if len(grads) != len(leaves):
         raise broken("arity", name, label, f"{len(grads)} values for {len(leaves)} inputs ({', '.join(names)})")
@@ -163,9 +161,8 @@ def check_autograd_function(
             summary = f"`{name}` saves more than backward needs ({label})."
             raise ExerciseError("contract", summary, hint=slip.hint, mistake=slip.id)
         wrong_forward = {m: m.compute(*case.args) for m in forward_mistakes}
-        compare(
-            out, expected, what=f"The forward of `{name}`", label=label, mistakes=wrong_forward, nonfinite=nonfinite
-        )
+        what = f"The forward of `{name}`"
+        compare(out, expected, what=what, label=label, mistakes=wrong_forward, nonfinite=nonfinite)
         v = torch.randn(expected.shape, generator=seeded(len(label)), dtype=expected.dtype)
         got = _backward(owner, out, v, leaves, frozen, input_names, name, label, error_hints)
         wrong = [m.compute(*case.args, v) for m in mistakes]
@@ -220,15 +217,13 @@ LINEAR_RELU_HINTS = {
     "dW-over-batch": "dW = xᵀ (G ⊙ mask) was divided by the batch size: the upstream G already carries any 1/N of the loss.",
     "mask-inverted": "the mask is inverted: the gradient passes where the output is positive.",
 }
-LINEAR_RELU_MISTAKES = mistakes(
-    LINEAR_RELU_HINTS,
-    {
-        "no-mask": lambda x, W, b, G: _linear_relu_grads(x, W, G, 1.0),
-        "db-mean": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, db=torch.mean),
-        "dW-over-batch": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, 1 / x.shape[0]),
-        "mask-inverted": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b <= 0),
-    },
-)
+_LINEAR_RELU_SLIPS = {
+    "no-mask": lambda x, W, b, G: _linear_relu_grads(x, W, G, 1.0),
+    "db-mean": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, db=torch.mean),
+    "dW-over-batch": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, 1 / x.shape[0]),
+    "mask-inverted": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b <= 0),
+}
+LINEAR_RELU_MISTAKES = mistakes(LINEAR_RELU_HINTS, _LINEAR_RELU_SLIPS)
 MASK_HINT = "ReLU's backward needs only where the output is positive: save the bool mask `out > 0` (1 byte per element) instead of the floating output (4 or 8 bytes per element)."
 
 
@@ -290,16 +285,14 @@ SOFTPLUS_HINTS = {
     "sigmoid-of-minus-x": "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).",
     "softplus-as-derivative": "that is the softplus itself, not its derivative σ(x).",
 }
-SOFTPLUS_MISTAKES = mistakes(
-    SOFTPLUS_HINTS,
-    {
-        "overflow": lambda x, v: (v * torch.exp(x) / (1 + torch.exp(x)),),
-        "no-grad-output": lambda x, v: (torch.sigmoid(x),),
-        "exp-derivative": lambda x, v: (v * torch.exp(x),),
-        "sigmoid-of-minus-x": lambda x, v: (v * torch.sigmoid(-x),),
-        "softplus-as-derivative": lambda x, v: (v * F.softplus(x),),
-    },
-)
+_SOFTPLUS_SLIPS = {
+    "overflow": lambda x, v: (v * torch.exp(x) / (1 + torch.exp(x)),),
+    "no-grad-output": lambda x, v: (torch.sigmoid(x),),
+    "exp-derivative": lambda x, v: (v * torch.exp(x),),
+    "sigmoid-of-minus-x": lambda x, v: (v * torch.sigmoid(-x),),
+    "softplus-as-derivative": lambda x, v: (v * F.softplus(x),),
+}
+SOFTPLUS_MISTAKES = mistakes(SOFTPLUS_HINTS, _SOFTPLUS_SLIPS)
 BUILD_IT_YOURSELF = OffLimits(
     routines=(
         *routines(F, "F", "softplus"),
@@ -374,13 +367,11 @@ NORM_HINTS = {
     "sqrt-in-backward": "your backward recomputes the norm with sqrt: differentiating it, sqrt's own backward at 0 divides by 2·√0, and no where after it can keep that NaN out (the cell above). Use the norm your forward saved, and divide by torch.where(norm > 0, norm, 1).",
     "not-differentiable": "this exercise needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), no .detach()): a gradient penalty differentiates it.",
 }
-NORM_MISTAKES = mistakes(
-    NORM_HINTS,
-    {
-        "no-grad-output": lambda x, v: (torch.nan_to_num(x / x.norm(dim=-1, keepdim=True)),),  # 0/0 -> 0
-        "not-normalised": lambda x, v: (v.unsqueeze(-1) * x,),
-    },
-)
+_NORM_SLIPS = {
+    "no-grad-output": lambda x, v: (torch.nan_to_num(x / x.norm(dim=-1, keepdim=True)),),  # 0/0 -> 0
+    "not-normalised": lambda x, v: (v.unsqueeze(-1) * x,),
+}
+NORM_MISTAKES = mistakes(NORM_HINTS, _NORM_SLIPS)
 USE_YOUR_OWN_NORM = OffLimits(
     routines=(
         *routines(torch.linalg, "torch.linalg", "vector_norm", "norm"),
@@ -470,24 +461,20 @@ STE_HINTS = {
     "round": "the forward is sign(x), not round(x).",
     "clamp": "the forward is sign(x), not the clamp (hardtanh) of x.",
 }
-STE_MISTAKES = mistakes(
-    STE_HINTS,
-    {
-        "true-derivative": lambda x, v: (torch.zeros_like(v),),
-        "plain-ste": lambda x, v: (v,),
-        "open-window": lambda x, v: (v * (x.abs() < 1),),
-        "times-x": lambda x, v: (v * x * (x.abs() <= 1),),
-        "inverted-window": lambda x, v: (v * (x.abs() > 1),),
-    },
-)
-STE_FORWARD_MISTAKES = mistakes(
-    STE_HINTS,
-    {
-        "sign-of-zero": lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
-        "round": torch.round,
-        "clamp": lambda x: x.clamp(-1, 1),
-    },
-)
+_STE_SLIPS = {
+    "true-derivative": lambda x, v: (torch.zeros_like(v),),
+    "plain-ste": lambda x, v: (v,),
+    "open-window": lambda x, v: (v * (x.abs() < 1),),
+    "times-x": lambda x, v: (v * x * (x.abs() <= 1),),
+    "inverted-window": lambda x, v: (v * (x.abs() > 1),),
+}
+STE_MISTAKES = mistakes(STE_HINTS, _STE_SLIPS)
+_STE_FORWARD_SLIPS = {
+    "sign-of-zero": lambda x: torch.where(x >= 0, 1.0, -1.0).to(x.dtype),
+    "round": torch.round,
+    "clamp": lambda x: x.clamp(-1, 1),
+}
+STE_FORWARD_MISTAKES = mistakes(STE_HINTS, _STE_FORWARD_SLIPS)
 
 
 def _clipped_ste(x: torch.Tensor) -> torch.Tensor:
