@@ -214,9 +214,8 @@ def check_train_step(train_step: Callable) -> None:
         for i, ((returned, state, changed), (expected, reference, _)) in enumerate(zip(runs.learner, runs.reference)):
             label = f"step {i + 1} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)"
             if changed:
-                raise _step_error(
-                    f"`train_step` changed the caller's batch for {label}.", "batch-changed", "changed-input"
-                )
+                summary = f"`train_step` changed the caller's batch for {label}."
+                raise _step_error(summary, "batch-changed", "changed-input")
             if state.mode != "train":
                 raise _step_error(f"after `train_step` the model is in {state.mode} mode for {label}.", "eval")
             differ = differences(state, reference)
@@ -224,9 +223,8 @@ def check_train_step(train_step: Callable) -> None:
                 same_run = lambda mine, wrong: all(not differences(a[1], b[1]) for a, b in zip(mine, wrong))
                 closest = runs.closest(same_run)
                 mistake = closest.name if closest else ("rng-only" if differ == ["RNG state"] else "unnamed-state")
-                raise _step_error(
-                    f"after {label}, these states differ from the reference: {', '.join(differ)}.", mistake
-                )
+                summary = f"after {label}, these states differ from the reference: {', '.join(differ)}."
+                raise _step_error(summary, mistake)
             _check_numbers(returned, expected, label, seed, max_norm, i)
     passed(
         "train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) and reports loss, grad_norm and update_ratio"
