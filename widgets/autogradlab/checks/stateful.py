@@ -104,10 +104,7 @@ class Runs:
 
 
 def run_variants(
-    run: Callable[[Callable], Any],
-    learner: LearnerCall,
-    reference: Callable | None,
-    variants: tuple[Variant, ...] = (),
+    run: Callable[[Callable], Any], learner: LearnerCall, reference: Callable | None, variants: tuple[Variant, ...] = ()
 ) -> Runs:
     """Run ``reference``, then ``learner``, through ``run(step)``; the variants run when a comparison needs them.
 
