@@ -1,5 +1,7 @@
 """Chapter 08 checkers: right answers in several forms pass, plausible wrong ones are rejected with the hint naming the mistake."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -383,3 +385,13 @@ def test_the_functional_adam_is_refused_too():
     with pytest.raises(ExerciseError) as info:
         check_adam_first_update(functional)
     assert info.value.kind == "off-limits" and info.value.mistake.startswith("torch.optim.adam.")
+
+
+def test_a_rejected_answer_speaks_chinese_when_asked(monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the checker's summary, measurement and hint are Chinese; kind and mistake stay."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    with pytest.raises(ExerciseError) as info:
+        check_loss_scale_after(ch08._scale_variant("off-by-one"))
+    error, chinese = info.value, re.compile("[\u4e00-\u9fff]")
+    assert (error.kind, error.mistake) == ("value", "off-by-one"), str(error)
+    assert all(chinese.search(text) for text in (error.summary, error.detail, error.hint)), str(error)

@@ -12,6 +12,7 @@ import functools
 import importlib
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +28,84 @@ from autogradlab.checks.core import (
     clones,
     close,
     mistakes,
-    named,
     passed,
     seeded,
 )
 from autogradlab.checks.stateful import run_variants, variants
+from autogradlab.i18n import N_, _
 from autogradlab.models import step_cases as cases
+
+# fmt: off
+SCALE_HINTS = {
+    "no-reset-on-overflow": N_("an overflow resets the count of good steps to 0: growth needs growth_interval good steps *in a row*."),
+    "off-by-one": N_("off by one: the scale grows on the growth_interval-th good step in a row, not the one after."),
+    "count-all-steps": N_("the count is of good steps in a row since the last change, not of all steps: every overflow restarts it."),
+    "no-reset-after-growth": N_("after growing, the count restarts from 0: the next growth needs another growth_interval good steps."),
+    "fixed-half": N_("on an overflow the scale is multiplied by backoff_factor (which is not always 0.5)."),
+    None: N_("replay the rule step by step: overflow → scale × backoff_factor and count = 0; ok → count + 1, and when the count reaches growth_interval → scale × growth_factor and count = 0."),
+}
+TWO_HINTS = {
+    "clip-first": N_("clip_grad_norm_ ran on the *scaled* gradients: their norm is S·‖g‖, so the clip shrinks them far too much. Call scaler.unscale_(optimizer) for an optimizer before clipping its parameters."),
+    "unscale-first-only": N_("only the first optimizer was unscaled before clipping: each optimizer has its own gradients, so each needs its own scaler.unscale_(optimizer) before its clip."),
+    "update-each": N_("scaler.update() ran after every scaler.step(optimizer): the scale then moves once per optimizer, and the second update no longer sees what the first optimizer's unscale_ found. Call update() once, after all the steps."),
+    "optimizer-step": N_("optimizer.step() applies inf/NaN gradients on an overflow: step each optimizer with scaler.step(optimizer), which skips only the optimizer whose gradients overflowed."),
+    "one-clip": N_("one clip over all parameters with one threshold: each optimizer's parameters are clipped separately, to their own max_norms[i]."),
+    "no-zero-grad": N_("the step started from stale gradients: zero every optimizer's gradients (or the model's) first, because backward adds into .grad."),
+    "scaled-loss": N_("you returned the *scaled* loss (scaler.scale(loss)): log the loss itself, the scale is only for backward."),
+    "backward-in-autocast": N_("leave the `with torch.autocast(...)` block before calling backward: autocast is for the forward pass and the loss; backward already runs each op in its forward's dtype."),
+    "always-fp16": N_("pass `dtype=dtype` to torch.autocast: fp16 and bf16 are different formats."),
+    "no-forward": N_("run `model(x)` inside the step."),
+    "no-autocast": N_("wrap the forward pass and the loss in `with torch.autocast(device_type=x.device.type, dtype=dtype):`."),
+    "changed-arguments": N_("change only the parameters (through the optimizers) and the scaler: the lists of max_norms and optimizers belong to the caller."),
+    "changed-settings": N_("change only the parameters (through the optimizers) and the scaler: the optimizers' settings (lr, momentum, ...) belong to the caller."),
+    "changed-model": N_("mixed precision keeps fp32 weights (autocast only casts copies) and the model's train/eval mode as it was."),
+    "inf-applied": N_("the parameters became inf/NaN: a step with inf gradients was applied instead of skipped."),
+    "steps-differ": N_("a different set of optimizer steps ran: each optimizer steps once per call (through the scaler for fp16, which skips only the optimizer whose own gradients hold inf/NaN)."),
+    "scale-differs": N_("the scale evolves differently: scaler.update() belongs once per call, after every scaler.step."),
+    None: N_("compare with: zero the gradients → autocast forward + loss → (scaled) backward outside autocast → for each optimizer: unscale_, clip its own parameters → step each → update once."),
+}
+ADAM_HINTS = {
+    "sgd": N_("that is an SGD update (−lr·g): Adam divides each element by its own running size, √v̂ + ε."),
+    "order-ignored": N_("you ignored clip_before_unscale: with the bug the clip sees the scaled gradient S·g, whose norm is S·‖g‖, and scaler.step divides by S only afterwards."),
+    "no-bias-correction": N_("the bias corrections are missing: on the first step m̂ = m₁/(1 − β₁) = g and v̂ = v₁/(1 − β₂) = g²."),
+    "eps-inside-sqrt": N_("ε is added after the square root, to √v̂, not inside it."),
+    "sign": N_("the sign is flipped: a step moves the parameters *against* the gradient."),
+    "no-eps": N_("ε is missing: without it the first Adam step is −lr·sign(g) whatever the gradient's size, and the bug would be invisible. ε is what the shrunk gradient is compared with."),
+    "bug-is-g-over-s": N_("the bug's gradient is not simply g/S: clip_grad_norm_ first rescales S·g to norm max_norm (when S·‖g‖ is above it), and only then does scaler.step divide by S."),
+    "never-unscaled": N_("the scaled gradient was never divided by S: scaler.step unscales after the buggy clip."),
+}
+SCALE_WHY = N_("write the rule yourself: a GradScaler (or autogradlab.models.loss_scale) would replay it for you. A loop and two numbers are enough.")
+ADAM_WHY = N_("this exercise asks for Adam's first step by hand: write m̂ and v̂ for the first step and simplify.")
+#: the checks' words, by key: what the learner's step did, the inputs, the ✓ lines
+SAID = {
+    "scale-label": N_("overflows = {pattern!r} (x = overflow), init_scale={init:g}, growth_interval={interval}, growth_factor={growth:g}, backoff_factor={backoff:g}"),
+    "scale-type": N_("`loss_scale_after` returned a {type} for {label}; expected a number."),
+    "scale-wrong": N_("`loss_scale_after` is wrong for {label}."),
+    "scale-measured": N_("measured: got {got:g}, GradScaler gives {expected:g}."),
+    "scale-passed": N_("loss_scale_after matches torch.amp.GradScaler on {n} sequences"),
+    "fp16": N_("fp16, GradScaler(init_scale={init_scale:g}, growth_interval={growth_interval})"),
+    "bf16": N_("bf16 (scaler=None)"),
+    "body-clipped": N_("{precision}, {steps} steps, the body clipped (max_norm below its ‖g‖), the head not"),
+    "head-clipped": N_("{precision}, {steps} steps, the head clipped, the body not"),
+    "head-overflows": N_("{label}, the head's gradient overflows on step {step} (inf) and only there"),
+    "two-head": N_("`two_optimizer_step` for {label}"),
+    "no-forward": N_("{head} never called the model."),
+    "no-autocast": N_("{head} ran the forward pass outside autocast."),
+    "always-fp16": N_("{head} ran autocast in {used}, but the step asked for {dtype}."),
+    "backward-in-autocast": N_("{head} ran backward inside the autocast region."),
+    "changed": N_("{head} changed something the caller passed besides the update."),
+    "loss-not-float": N_("{head} returned {kinds}; expected the loss as a Python float."),
+    "two-wrong": N_("{head} is wrong."),
+    "two-measured": N_("measured: scale after each step got {got[scales]}, expected {ref[scales]}; optimizer steps per step (first, second) got {got[steps]}, expected {ref[steps]}; ‖θ − expected‖ / ‖expected‖ after the last step = {error:.3g}; loss got {got[losses]}, expected {losses}"),
+    "two-passed": N_("two_optimizer_step matches the reference on {runs} runs ({steps} steps: fp16 and bf16, one optimizer overflowing alone)"),
+    "adam-label": N_("grad of shape {shape} ({dtype}), scale {scale:g}, max_norm {max_norm:.3g} (‖g‖ = {norm:.3g}), lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}"),
+}
+# fmt: on
+
+
+def _said(key: str, **values) -> str:
+    return _(SAID[key]).format(**values)
+
 
 # --------------------------------------------------------------------------- exercise 1: the loss scale after a sequence
 
@@ -72,14 +145,6 @@ def _scale_variant(kind: str):
     return rule
 
 
-SCALE_HINTS = {
-    "no-reset-on-overflow": "an overflow resets the count of good steps to 0: growth needs growth_interval good steps *in a row*.",
-    "off-by-one": "off by one: the scale grows on the growth_interval-th good step in a row, not the one after.",
-    "count-all-steps": "the count is of good steps in a row since the last change, not of all steps: every overflow restarts it.",
-    "no-reset-after-growth": "after growing, the count restarts from 0: the next growth needs another growth_interval good steps.",
-    "fixed-half": "on an overflow the scale is multiplied by backoff_factor (which is not always 0.5).",
-    None: "replay the rule step by step: overflow → scale × backoff_factor and count = 0; ok → count + 1, and when the count reaches growth_interval → scale × growth_factor and count = 0.",
-}
 SCALE_MISTAKES = mistakes(SCALE_HINTS, {kind: _scale_variant(kind) for kind in SCALE_HINTS if kind})
 
 SCALE_CASES = (  # (overflows: x = overflow, . = ok; init_scale, growth_interval, growth_factor, backoff_factor)
@@ -97,7 +162,7 @@ SCALE_OFF_LIMITS = OffLimits(
         Routine(torch.amp.GradScaler, "update", "GradScaler.update"),
     ),
     course=("autogradlab.models.loss_scale",),
-    why="write the rule yourself: a GradScaler (or autogradlab.models.loss_scale) would replay it for you. A loop and two numbers are enough.",
+    why=SCALE_WHY,
 )
 
 
@@ -111,23 +176,22 @@ def check_loss_scale_after(loss_scale_after) -> None:
     learner = LearnerCall(loss_scale_after, "loss_scale_after", SCALE_OFF_LIMITS)
     for pattern, *settings in SCALE_CASES:
         overflows, (init, interval, growth, backoff) = [c == "x" for c in pattern], settings
-        label = f"overflows = {pattern!r} (x = overflow), init_scale={init:g}, growth_interval={interval}, growth_factor={growth:g}, backoff_factor={backoff:g}"
+        label = _said("scale-label", pattern=pattern, init=init, interval=interval, growth=growth, backoff=backoff)
         got = learner.on(label)(list(overflows), *settings)
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            summary = f"`loss_scale_after` returned a {type(got).__name__} for {label}; expected a number."
-            raise ExerciseError("type", summary)
+            raise ExerciseError("type", _said("scale-type", type=type(got).__name__, label=label))
         expected = _gradscaler_scale_after(overflows, *settings)
         if not math.isclose(float(got), expected, rel_tol=1e-6):
             slips = {m.id: m.compute(overflows, *settings) for m in SCALE_MISTAKES}
             slip = next((k for k, value in slips.items() if math.isclose(float(got), value, rel_tol=1e-6)), None)
-            detail = f"measured: got {float(got):g}, GradScaler gives {expected:g}."
-            measured, summary = {"got": float(got), "expected": expected}, f"`loss_scale_after` is wrong for {label}."
+            measured, summary = {"got": float(got), "expected": expected}, _said("scale-wrong", label=label)
+            detail = _said("scale-measured", **measured)
             raise ExerciseError(
-                "value", summary, detail=detail, hint=SCALE_HINTS[slip], mistake=slip, measured=measured
+                "value", summary, detail=detail, hint=_(SCALE_HINTS[slip]), mistake=slip, measured=measured
             )
-    passed(f"loss_scale_after matches torch.amp.GradScaler on {len(SCALE_CASES)} sequences")
+    passed(_said("scale-passed", n=len(SCALE_CASES)))
 
 
 # --------------------------------------------------------------------------- exercise 2: one scaler, two optimizers
@@ -180,26 +244,6 @@ def _two_step(kind: str = "right"):
 
 reference_two_optimizer_step = _two_step()
 
-TWO_HINTS = {
-    "clip-first": "clip_grad_norm_ ran on the *scaled* gradients: their norm is S·‖g‖, so the clip shrinks them far too much. Call scaler.unscale_(optimizer) for an optimizer before clipping its parameters.",
-    "unscale-first-only": "only the first optimizer was unscaled before clipping: each optimizer has its own gradients, so each needs its own scaler.unscale_(optimizer) before its clip.",
-    "update-each": "scaler.update() ran after every scaler.step(optimizer): the scale then moves once per optimizer, and the second update no longer sees what the first optimizer's unscale_ found. Call update() once, after all the steps.",
-    "optimizer-step": "optimizer.step() applies inf/NaN gradients on an overflow: step each optimizer with scaler.step(optimizer), which skips only the optimizer whose gradients overflowed.",
-    "one-clip": "one clip over all parameters with one threshold: each optimizer's parameters are clipped separately, to their own max_norms[i].",
-    "no-zero-grad": "the step started from stale gradients: zero every optimizer's gradients (or the model's) first, because backward adds into .grad.",
-    "scaled-loss": "you returned the *scaled* loss (scaler.scale(loss)): log the loss itself, the scale is only for backward.",
-    "backward-in-autocast": "leave the `with torch.autocast(...)` block before calling backward: autocast is for the forward pass and the loss; backward already runs each op in its forward's dtype.",
-    "always-fp16": "pass `dtype=dtype` to torch.autocast: fp16 and bf16 are different formats.",
-    "no-forward": "run `model(x)` inside the step.",
-    "no-autocast": "wrap the forward pass and the loss in `with torch.autocast(device_type=x.device.type, dtype=dtype):`.",
-    "changed-arguments": "change only the parameters (through the optimizers) and the scaler: the lists of max_norms and optimizers belong to the caller.",
-    "changed-settings": "change only the parameters (through the optimizers) and the scaler: the optimizers' settings (lr, momentum, ...) belong to the caller.",
-    "changed-model": "mixed precision keeps fp32 weights (autocast only casts copies) and the model's train/eval mode as it was.",
-    "inf-applied": "the parameters became inf/NaN: a step with inf gradients was applied instead of skipped.",
-    "steps-differ": "a different set of optimizer steps ran: each optimizer steps once per call (through the scaler for fp16, which skips only the optimizer whose own gradients hold inf/NaN).",
-    "scale-differs": "the scale evolves differently: scaler.update() belongs once per call, after every scaler.step.",
-    "order": "compare with: zero the gradients → autocast forward + loss → (scaled) backward outside autocast → for each optimizer: unscale_, clip its own parameters → step each → update once.",
-}
 _SLIPS = "clip-first unscale-first-only update-each optimizer-step one-clip no-zero-grad scaled-loss"
 TWO_VARIANTS = variants(_two_step, {k: TWO_HINTS[k] for k in _SLIPS.split()})
 
@@ -213,16 +257,9 @@ TWO_CASES = (
 
 
 def _two_label(seed, dtype, steps, ratios, init_scale, growth_interval, overflow_at) -> str:
-    clipped = (
-        "the body clipped (max_norm below its ‖g‖), the head not" if ratios[0] < 1 else "the head clipped, the body not"
-    )
-    fp16 = (
-        f"fp16, GradScaler(init_scale={init_scale:g}, growth_interval={growth_interval})"
-        if init_scale
-        else "bf16 (scaler=None)"
-    )
-    inf = f", the head's gradient overflows on step {overflow_at + 1} (inf) and only there" if overflow_at else ""
-    return f"{fp16}, {steps} steps, {clipped}{inf}"
+    precision = _said("fp16", init_scale=init_scale, growth_interval=growth_interval) if init_scale else _said("bf16")
+    label = _said("body-clipped" if ratios[0] < 1 else "head-clipped", precision=precision, steps=steps)
+    return _said("head-overflows", label=label, step=overflow_at + 1) if overflow_at else label
 
 
 def _run_two(step: Callable, case) -> dict:
@@ -298,40 +335,38 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         label, dtype = _two_label(*case), case[1]
         learner = LearnerCall(two_optimizer_step, "two_optimizer_step", label=label)
         runs = run_variants(functools.partial(_run_two, case=case), learner, reference_two_optimizer_step, TWO_VARIANTS)
-        ref, got, head = runs.reference, runs.learner, f"`two_optimizer_step` for {label}"
+        ref, got, head = runs.reference, runs.learner, _said("two-head", label=label)
         used = {d if enabled else None for enabled, d in got["forward"]}  # None: a forward outside autocast
-        contract = (  # (mistake, whether the step made it, what it did)
-            ("no-forward", not used, "{head} never called the model."),
-            ("no-autocast", len(used) > 1 or None in used, "{head} ran the forward pass outside autocast."),
-            ("always-fp16", used != {dtype}, "{head} ran autocast in {used}, but the step asked for {dtype}."),
-            ("backward-in-autocast", any(got["backward"]), "{head} ran backward inside the autocast region."),
-            *((p, True, "{head} changed something the caller passed besides the update.") for p in got["problems"]),
-        )
-        for mistake, summary in ((m, said) for m, happened, said in contract if happened):
-            raise named(mistake, summary.format(head=head, used=", ".join(map(str, used)), dtype=dtype), TWO_HINTS)
+        contract = {  # mistake: whether the step made it (the first one made is named; its summary is SAID[mistake])
+            "no-forward": not used,
+            "no-autocast": len(used) > 1 or None in used,
+            "always-fp16": used != {dtype},
+            "backward-in-autocast": any(got["backward"]),
+            **{p: True for p in got["problems"][:1]},
+        }
+        for mistake in (m for m, happened in contract.items() if happened):
+            said = mistake if mistake in SAID else "changed"
+            summary = _said(said, head=head, used=", ".join(map(str, used)), dtype=dtype)
+            raise ExerciseError("contract", summary, hint=_(TWO_HINTS[mistake]), mistake=mistake)
         if any(not isinstance(loss, float) for loss in got["losses"]):
             kinds = ", ".join(sorted({type(loss).__name__ for loss in got["losses"]}))
-            raise ExerciseError(
-                "type", f"{head} returned {kinds}; expected the loss as a Python float.", mistake="loss-not-float"
-            )
+            raise ExerciseError("type", _said("loss-not-float", head=head, kinds=kinds), mistake="loss-not-float")
         if _same_run(got, ref):
             continue
         slip = runs.closest(_same_run)  # a variant that raises on this case is left out
         last = ref["params"][-1]
         measured = {"relative_param_error": float((got["params"][-1] - last).norm() / last.norm())}
-        detail = f"measured: scale after each step got {got['scales']}, expected {ref['scales']}; optimizer steps per step (first, second) got {got['steps']}, expected {ref['steps']}; ‖θ − expected‖ / ‖expected‖ after the last step = {measured['relative_param_error']:.3g}; loss got {got['losses']}, expected {[round(v, 6) for v in ref['losses']]}"
+        losses, error = [round(v, 6) for v in ref["losses"]], measured["relative_param_error"]
+        detail = _said("two-measured", got=got, ref=ref, error=error, losses=losses)
         symptoms = {
             "inf-applied": not all(torch.isfinite(p).all() for p in got["params"]),
             "steps-differ": got["steps"] != ref["steps"],
             "scale-differs": got["scales"] != ref["scales"],
         }
         mistake = slip.name if slip else next((m for m, seen in symptoms.items() if seen), None)
-        hint = TWO_HINTS[mistake or "order"]
-        raise ExerciseError("value", f"{head} is wrong.", detail=detail, hint=hint, mistake=mistake, measured=measured)
-    steps = sum(case[2] for case in TWO_CASES)
-    passed(
-        f"two_optimizer_step matches the reference on {len(TWO_CASES)} runs ({steps} steps: fp16 and bf16, one optimizer overflowing alone)"
-    )
+        hint, summary = _(TWO_HINTS[mistake]), _said("two-wrong", head=head)
+        raise ExerciseError("value", summary, detail=detail, hint=hint, mistake=mistake, measured=measured)
+    passed(_said("two-passed", runs=len(TWO_CASES), steps=sum(case[2] for case in TWO_CASES)))
 
 
 # --------------------------------------------------------------------------- exercise 3: Adam's first update and the clip bug
@@ -358,16 +393,6 @@ def _adam_like(g, lr, eps):
     return -lr * g / (g.abs() + eps)
 
 
-ADAM_HINTS = {
-    "sgd": "that is an SGD update (−lr·g): Adam divides each element by its own running size, √v̂ + ε.",
-    "order-ignored": "you ignored clip_before_unscale: with the bug the clip sees the scaled gradient S·g, whose norm is S·‖g‖, and scaler.step divides by S only afterwards.",
-    "no-bias-correction": "the bias corrections are missing: on the first step m̂ = m₁/(1 − β₁) = g and v̂ = v₁/(1 − β₂) = g².",
-    "eps-inside-sqrt": "ε is added after the square root, to √v̂, not inside it.",
-    "sign": "the sign is flipped: a step moves the parameters *against* the gradient.",
-    "no-eps": "ε is missing: without it the first Adam step is −lr·sign(g) whatever the gradient's size, and the bug would be invisible. ε is what the shrunk gradient is compared with.",
-    "bug-is-g-over-s": "the bug's gradient is not simply g/S: clip_grad_norm_ first rescales S·g to norm max_norm (when S·‖g‖ is above it), and only then does scaler.step divide by S.",
-    "never-unscaled": "the scaled gradient was never divided by S: scaler.step unscales after the buggy clip.",
-}
 _ADAM_WRONG = {  # each slip's update, (grad, scale, max_norm, lr, eps, clip_before_unscale) like the reference's
     "sgd": lambda g, s, m, lr, eps, bug: -lr * _used(g, s, m, bug),
     "order-ignored": lambda g, s, m, lr, eps, bug: _adam_like(_used(g, s, m, False), lr, eps),
@@ -390,18 +415,19 @@ def _adam_cases() -> list[Case]:
     gen = seeded(12)
     out = []
     for n, dtype, scale, ratio, lr, eps, bug, what in (  # ratio: max_norm as a multiple of ‖g‖
-        (200, torch.float64, 2.0**16, 0.5, 0.1, 1e-8, True, "the bug, both orders would clip"),
-        (200, torch.float64, 2.0**16, 0.5, 0.1, 1e-8, False, "the right order, clip active"),
-        (300, torch.float64, 2.0**16, 3.0, 0.01, 1e-8, True, "the bug, the right order would not clip"),
-        (300, torch.float64, 2.0**16, 3.0, 0.01, 1e-8, False, "the right order, clip inactive"),
-        (50, torch.float64, 1024.0, 0.2, 0.5, 1e-6, True, "the bug, a larger ε"),
-        (64, torch.float32, 2.0**12, 0.5, 0.1, 1e-8, True, "the bug, float32"),
-        (40, torch.float64, 4.0, 10.0, 0.1, 1e-8, True, "the bug with S·‖g‖ below max_norm: nothing is clipped"),
+        (200, torch.float64, 2.0**16, 0.5, 0.1, 1e-8, True, N_("the bug, both orders would clip")),
+        (200, torch.float64, 2.0**16, 0.5, 0.1, 1e-8, False, N_("the right order, clip active")),
+        (300, torch.float64, 2.0**16, 3.0, 0.01, 1e-8, True, N_("the bug, the right order would not clip")),
+        (300, torch.float64, 2.0**16, 3.0, 0.01, 1e-8, False, N_("the right order, clip inactive")),
+        (50, torch.float64, 1024.0, 0.2, 0.5, 1e-6, True, N_("the bug, a larger ε")),
+        (64, torch.float32, 2.0**12, 0.5, 0.1, 1e-8, True, N_("the bug, float32")),
+        (40, torch.float64, 4.0, 10.0, 0.1, 1e-8, True, N_("the bug with S·‖g‖ below max_norm: nothing is clipped")),
     ):
         g = cases.spread_gradient(gen, n, dtype)
         g = g.reshape(n // 4, 4) if dtype == torch.float32 else g
         norm = float(g.double().norm())
-        label = f"grad of shape {tuple(g.shape)} ({dtype}), scale {scale:g}, max_norm {ratio * norm:.3g} (‖g‖ = {norm:.3g}), lr {lr:g}, eps {eps:g}, clip_before_unscale={bug}: {what}"
+        values = dict(shape=tuple(g.shape), dtype=dtype, scale=scale, max_norm=ratio * norm, norm=norm, lr=lr, eps=eps)
+        label = _said("adam-label", **values, bug=bug, what=_(what))
         out.append(Case((g, scale, ratio * norm, lr, eps, bug), label))
     return out
 
@@ -416,7 +442,7 @@ ADAM_OFF_LIMITS = OffLimits(
             for f in ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")
         ),
     ),
-    why="this exercise asks for Adam's first step by hand: write m̂ and v̂ for the first step and simplify.",
+    why=ADAM_WHY,
 )
 
 
@@ -451,6 +477,6 @@ def check_adam_first_update(adam_first_update) -> None:
         _adam_first_update_reference,
         adam_cases,
         name="adam_first_update",
-        mistakes=consistent or ADAM_MISTAKES,
+        mistakes=[replace(m, hint=_(m.hint)) for m in consistent or ADAM_MISTAKES],
         off_limits=ADAM_OFF_LIMITS,
     )
