@@ -100,9 +100,11 @@ machine (see the repository's README).</p>""",
         "question": r"\*\*本章回答的问题：\*\*\s*\*(.+?)\*",
         "minutes": r"\*预计用时：约 (\d+) 分钟。\*",
         "about": "约 {} 分钟",
-        "intro": """<p class="agl-intro">本页是本章最后一次运行时的样子{folded}。输出保存自英文版的运行，
-所以检查结果等课程 package 的信息是英文的；视图是保存下来的图片，这里什么都不运行。要运行代码、拖动控件
-（package 的信息会是中文），请在 Binder、Colab 或 Kaggle 中打开本章，或下载后运行。</p>""",
+        "intro": (  # Chinese text on one line: a line break inside it would show as a space
+            '<p class="agl-intro">本页是本章最后一次运行时的样子{folded}。输出保存自英文版的运行，所以检查结果等课程 '
+            "package 的信息是英文的；视图是保存下来的图片，这里什么都不运行。要运行代码、拖动控件（package 的信息会是"
+            "中文），请在 Binder、Colab 或 Kaggle 中打开本章，或下载后运行。</p>"
+        ),
         "folded": "，参考答案已折叠",
         "solution": "查看参考答案",
         "answer": "查看输出（先做预测）",
@@ -110,10 +112,11 @@ machine (see the repository's README).</p>""",
         "none": "没有哪一节同时包含 “{q}” 的每个词。",
         "open_in": "在 {} 中打开",
         "contents": "目录",
-        "index": """<h1>Autograd Lab（中文版）</h1>
-<p>一门交互式课程，讲清楚 PyTorch 的 autograd 和训练循环到底在做什么。这些页面是每一章最后一次运行时的样子：
-参考答案已折叠，视图是保存下来的图片。要运行代码、拖动视图的控件，请在 Binder、Colab 或 Kaggle 中打开一章，
-或下载后在自己的机器上运行（见仓库的 README.zh.md）。</p>""",
+        "index": (
+            "<h1>Autograd Lab（中文版）</h1>\n<p>一门交互式课程，讲清楚 PyTorch 的 autograd 和训练循环到底在做什么。"
+            "这些页面是每一章最后一次运行时的样子：参考答案已折叠，视图是保存下来的图片。要运行代码、拖动视图的控件，"
+            "请在 Binder、Colab 或 Kaggle 中打开一章，或下载后在自己的机器上运行（见仓库的 README.zh.md）。</p>"
+        ),
         "licence": "代码：MIT 许可证。课程文字：CC BY-SA 4.0。",
         "source": "{} 版本的源代码",
     },

@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from chromium import chromium_context, missing
-from cjk import CJK, DRAWN, NO_FONT
+from student_run import CJK, DRAWN, NO_FONT
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
