@@ -584,7 +584,7 @@ def _clip_effect(obs: Observer) -> str:
     factors = [c.factor for s in obs.steps for c in s.clips if c.still_scaled and c.factor]
     if adaptive:
         a = adaptive[0]
-        return " " + _(
+        return _(
             "{optimizer} divides by √v + eps, so a common factor on the gradients mostly cancels: what remains "
             "acts through eps = {eps:g}. Its gradients arrived {small:.3g}× too small (median |g| "
             "{median:.2g}, {over_eps:.2g}× eps), which makes a first update about "
@@ -599,14 +599,12 @@ def _clip_effect(obs: Observer) -> str:
             ratio=a.first_step_ratio,
         )
     if factors and all(isinstance(o, torch.optim.SGD) for o in obs.optimizers):
-        return " " + _(
+        return _(
             "SGD moves by the gradient it receives, which is {factor:.2g}× the right one (step 1): every "
             "update shrinks by that factor"
         ).format(factor=factors[0])
     if factors:
-        return " " + _("The optimizer receives gradients {factor:.2g}× the right ones (step 1)").format(
-            factor=factors[0]
-        )
+        return _("The optimizer receives gradients {factor:.2g}× the right ones (step 1)").format(factor=factors[0])
     return ""
 
 
@@ -623,9 +621,10 @@ def clip_before_unscale(obs: Observer) -> list[Finding]:
             clip.line,
             _(
                 "{clip} ran on gradients still multiplied by the GradScaler's scale (now {scale:g}) in "
-                "{steps}: the threshold acts as max_norm / scale."
-            ).format(clip=clip.label, scale=scale, steps=_steps(i for i, _c in scaled))
-            + _clip_effect(obs),
+                "{steps}: the threshold acts as max_norm / scale. {effect}"
+            )
+            .format(clip=clip.label, scale=scale, steps=_steps(i for i, _c in scaled), effect=_clip_effect(obs))
+            .rstrip(),
         )
     ]
 
