@@ -9,7 +9,8 @@ The Chinese edition (``lang="zh"``): the source is written by `python -m autogra
 the zh setup cell; nbgrader's student version must have chapters-zh/'s code, setup cell included.
 
 The tests are test_nbgrader_part1.py to test_nbgrader_part3.py: three modules of about
-100 s each, so that `make test` (pytest-xdist, --dist loadfile) can spread them over its workers.
+100 s each, so that `make test` (pytest-xdist, --dist loadfile) can spread them over its workers;
+test_nbgrader_zh.py is the Chinese edition's.
 """
 
 import json
