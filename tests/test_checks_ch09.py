@@ -2,6 +2,7 @@
 the mistake it makes (``ExerciseError.mistake``, through the doctor's code where the doctor sees it) and a hint."""
 
 import collections
+import re
 
 import pytest
 import torch
@@ -639,3 +640,11 @@ def test_untrained_leaves_not_implemented():
         raise NotImplementedError()
 
     assert rejected(check_untrained_leaves, todo).kind == "not-implemented"
+
+
+def test_a_rejected_measurement_speaks_chinese_when_asked(monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the checker's summary and hint are Chinese; kind and mistake stay."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error, chinese = rejected(check_case_1, case_1, HYPOTHESIS, [], OVERWRITTEN), re.compile("[\u4e00-\u9fff]")
+    assert (error.kind, error.mistake) == ("value", "no_grad_1-wrong"), str(error)
+    assert chinese.search(error.summary) and chinese.search(error.hint), str(error)

@@ -27,10 +27,10 @@ from autogradlab.checks.core import (
     close,
     compare,
     mistakes,
-    named,
     passed,
 )
 from autogradlab.checks.stateful import run_variants, variants
+from autogradlab.i18n import N_, _
 from autogradlab.models.debug_cases import (
     CLIP_NORM,
     HEAD_LIMIT,
@@ -47,6 +47,133 @@ from autogradlab.torch_internals import SCALER_GROWTH_TRACKER_KEY
 from autogradlab.tracebacks import error_kind
 
 CASE_DATA = "autogradlab.models.debug_cases"
+
+# fmt: off
+_MEASURE_HINTS = {
+    "no_grad_1": N_("measure it: read every parameter's .grad after one call of the step."),
+    "overwritten_1": N_("measure it: remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare it with its value when the step returns."),
+}
+_CONVNET_HINTS = {  # mistake id: hint
+    "wrong-dim": N_("normalise each example's feature vector: the norm is over dim=1 (keepdim=True)."),
+    "not-normalised": N_("the features are not normalised: divide each example's features by their L2 norm."),
+    "no-keepdim": N_("the norm must keep its dimension (keepdim=True) so each row is divided by its own norm."),
+    "no-squeeze": N_("the logits need shape (N,): squeeze the head's last dimension, .squeeze(1)."),
+    "data-write": N_("the logits are right but the gradients skip the normalisation: a write through `.data` hides the division from autograd. Normalise out of place (f / f.norm(...))."),
+    "no-gradient": N_("the path from the features to the loss is cut: the log may be detached, the computation not."),
+    "no-log": N_("keep what self.features(x) returns, as a snapshot, in self.logged."),
+    "log-with-graph": N_("cut it from the graph (detach) before storing."),
+    "log-normalised": N_("log what self.features(x) returns, before the normalisation."),
+    "log-is-a-view": N_("detach() is not a copy: it returns a view of the same storage, with the same version counter, so a later in-place change of the features (a `.data` write included) changes the log too."),
+}
+AMP_SLIP_HINTS = {  # the variants of the reference step: slip -> hint
+    "no-clip": N_("the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {clip}."),
+    "always-rescale": N_("the gradients are always rescaled to norm {clip}: clip_grad_norm_ only shrinks gradients whose norm is above the threshold and leaves the others alone."),
+    "no-clamp": N_("the head is not kept in [-{limit:g}, {limit:g}]: after the step, clamp model.head's parameters under torch.no_grad()."),
+    "clamp-all": N_("only the head is constrained: clamp model.head.parameters(), not every parameter."),
+    "fp32": N_("the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16)."),
+    "bf16": N_("the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler)."),
+    "stale-grads": N_("your step used gradients that were already in .grad when it started (the checker leaves some there, as a validation pass that called backward would): clear them before backward."),
+}
+AMP_HINTS = {  # by the doctor's code
+    "clip-before-unscale": N_("clip the true gradients: scaler.unscale_(optimizer) first, then clip_grad_norm_ (chapter 08, clipping under a GradScaler)."),
+    "data-bypass": N_("clamp the parameter itself under torch.no_grad() (p.clamp_(...)), not through p.data."),
+    "update-undone": N_("the clamp after the step puts the head back where it was: is the bound {limit:g}?"),
+    "grad-not-cleared": N_("call optimizer.zero_grad() at the start of the step."),
+}
+AMP_CONTRACT_HINTS = {  # the step's contract, checked outside the doctor
+    "batch-changed": N_("an in-place op on x or y (`x -= ...`) writes into the caller's tensor; use `x = x - ...`."),
+    "loss-with-graph": N_("return loss.detach() or loss.item()."),
+    "no-scaler": N_("scale the loss (scaler.scale(loss).backward()), then scaler.unscale_, scaler.step(optimizer) and scaler.update() once per step."),
+    "optimizer-step": N_("step through scaler.step(optimizer): it skips the update when the unscaled gradients are not finite."),
+    "counts-skipped": N_("it counts steps the GradScaler skipped (it lowers the scale in update() then); count an update only when the optimizer really stepped."),
+    "misses-updates": N_("it misses real updates: the scale also stays or grows when a step is applied (it grows after growth_interval clean steps); a skipped step is the only one that lowers it; count an update only when the optimizer really stepped."),
+    "no-clamp": N_("clamp them after the step."),
+}
+AMP_ERROR_HINTS = {  # by the kind of error the step raised (autogradlab.tracebacks.ERROR_KINDS)
+    "scaler_no_inf_checks": N_("step with scaler.step(optimizer) (not optimizer.step()) before scaler.update()."),
+    "scaler_never_scaled": N_("backward the scaled loss: scaler.scale(loss).backward()."),
+}
+FORWARD_ERROR_HINTS = {
+    "stale": N_("an in-place normalisation (`f /= ...`) overwrites the tensor norm() saved for backward; normalise out of place (and do not detach to silence the error)."),
+}
+LEAF_ERROR_HINTS = {  # by the kind of error the learner's walk raised (autogradlab.tracebacks.ERROR_KINDS)
+    "recursion": N_("a recursive walk needs one Python frame per node, and graphs are often thousands of nodes deep: walk with a stack (a list you push next_functions onto) and a loop."),
+    "none_value": N_("next_functions holds (None, 0) for an input that needs no gradient (a constant factor): skip those."),
+    "ambiguous_bool": N_("`t in list_of_tensors` compares values element by element; compare identities instead, e.g. a set of id(p) for p in model.parameters()."),
+    "size_mismatch": N_("`t in list_of_tensors` compares values element by element (and fails on different shapes); compare identities instead, e.g. a set of id(p) for p in model.parameters()."),
+}
+LEAF_MISTAKES = {  # the slips of a returned list, by mistake id
+    "names": N_("return the tensors themselves (AccumulateGrad nodes hold them in `.variable`), not their names."),
+    "duplicates": N_("a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a set of the nodes (or tensors) you have seen."),
+    "registered": N_("those are the ones the optimizer does see; leave them out."),
+    "not-in-graph": N_("a tensor kept in the model but never used by the forward is not in the loss's graph, so backward gives it nothing: walk the graph from loss.grad_fn, not the model's attributes."),
+    "no-grad-tensor": N_("a tensor that does not require grad is no leaf of the graph and gets no gradient."),
+    "missed": N_("every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a list or dict of the model, or outside it (an input that requires grad); follow every next_functions entry, skipping the (None, 0) ones."),
+    "no-visited-set": N_("your walk visits a node once per path to it, and h = h * w + h doubles the paths at every step: keep a set of the nodes you have seen and skip them."),
+}
+#: the checks' words, by key (a slip's own id where it has one); {clip} and {limit} are CLIP_NORM and HEAD_LIMIT
+SAID = {
+    "doctor": N_("the doctor still reports {code} at {where}"),
+    "doctor-also": N_("the doctor still reports {code} at {where} (also: {others})"),
+    "no-fall": N_("the doctor is silent, but the loss does not fall with `{name}`: mean of the first {k} steps {first:.4f}, of the last {k} steps {last:.4f} (expected below {factor:g}× the start)."),
+    "names-type": N_("`{variable}` should be a list of parameter names as `model.named_parameters()` gives them (e.g. ['head.bias']), got {value!r}."),
+    "no-hypothesis": N_("Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong and why it gives this symptom."),
+    "no-symptom": N_("`case_1` no longer shows the symptom: run its cell again as the chapter gives it."),
+    "measured-wrong": N_("`{variable}` does not match what the checker measures on a fresh case_1 ({got} name(s) given, {want} measured)."),
+    "case-passed": N_("your measurements match: no gradient for {no_grad}, overwritten after the step: {overwritten}. The doctor's view of case_1, as confirmation:"),
+    "no-log": N_("`{name}` should keep the features in `self.logged` (a tensor); found {type} for {label}."),
+    "log-with-graph": N_("`self.logged` requires grad for {label}: the log holds the features' graph, and with it every saved activation of the step, for as long as it is kept."),
+    "log-normalised": N_("`self.logged` holds the normalised features for {label}."),
+    "log-is-a-view": N_("`self.logged` shares its memory with the features for {label}."),
+    "logged-what": N_("`self.logged`"),
+    "not-a-subclass": N_("`{name}` should subclass TinyConvNet (keep `class {name}(TinyConvNet):`)."),
+    "batch-label": N_("a batch of {n} image(s) in {dtype} (seed {seed})"),
+    "logits-what": N_("`{name}` logits"),
+    "features-once": N_("`{name}.forward` should run self.features once per call; it ran {n} times."),
+    "backward-fails": N_("backward through `{name}` fails for {label}: {error}"),
+    "no-gradient": N_("`{param}` gets no gradient through `{name}` for {label}."),
+    "gradient-what": N_("the gradient of `{param}`"),
+    "convnet-passed": N_("{name}: same logits and gradients as the reference on {n} inputs, a snapshot in self.logged; doctor silent; loss {first:.3f} → {last:.3f}"),
+    "batch-changed": N_("`amp_step` changed the batch it was given in place: the caller may still use it."),
+    "high-scaler": N_("a GradScaler that starts at 2**24 and grows every 2 steps"),
+    "first-batch": N_("the checker's first batch"),
+    "batches": N_("the checker's batches"),
+    "loss-with-graph": N_("`{name}` returns the loss with its graph: whoever logs it keeps every saved activation of the step alive."),
+    "loss-type": N_("`{name}` should return the loss (a number or a 1-element tensor)."),
+    "no-scaler": N_("`{name}` does not use the GradScaler it is given."),
+    "optimizer-step": N_("`{name}` applied an update in a step the GradScaler skipped (calls {calls}): the gradients held inf/NaN, and the optimizer wrote them into the weights."),
+    "six-steps": N_("6 steps (seed {seed})"),
+    "params-differ": N_("the parameters after 6 steps (seed {seed}) with `{name}` differ from the reference."),
+    "param-what": N_("`{key}` after 6 steps (seed {seed})"),
+    "count-wrong": N_("`{name}` counted {counted!r} updates in {calls} calls where the optimizer really stepped {ran} times (a GradScaler that starts at 2**24 skips its first steps; with growth_interval=2 it then grows)."),
+    "no-clamp": N_("the head's parameters reach |{worst:.3g}| > {limit:g}."),
+    "amp-passed": N_("{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients present before the first), {ran} real updates of 10 counted right, loss {first:.3f} → {last:.3f}"),
+    "leaves-type": N_("`{name}` should return a list of tensors for {label}, got {type}."),
+    "leaves-wrong": N_("`{name}` returned {n} item(s) for {label}; {want} tensor(s) are expected, each once."),
+    "leaves-passed": N_("{name}: the right tensors, each once, for {n} graphs (lists, dicts, shared tensors, an input, a graph after backward, 3,000 ops deep, 2^30 paths), walked by hand"),
+}
+FORWARD_WHY = N_("write the forward yourself (TinyConvNet.forward is the course's answer); self.features and self.head are yours.")
+AMP_WHY = N_("write the step yourself (reference_amp_step is the checker's answer).")
+LEAVES_WHY = N_("walk loss.grad_fn yourself (chapter 01): backward, the doctor's graph walk and capture() are the course's answer.")
+# fmt: on
+
+
+def _said(key: str, **values) -> str:
+    return _(SAID[key]).format(clip=CLIP_NORM, limit=HEAD_LIMIT, **values)
+
+
+def _hint(table: dict, key: str) -> str:
+    return _(table[key]).format(clip=CLIP_NORM, limit=HEAD_LIMIT)
+
+
+def _hints(table: dict) -> dict:
+    """``table``'s hints in the learner's language, for a LearnerCall's ``error_hints``."""
+    return {key: _hint(table, key) for key in table}
+
+
+def _named(mistake: str, table: dict, kind: str = "contract", **values) -> ExerciseError:
+    """The error for the slip ``mistake``: summary ``SAID[mistake]`` filled in with ``values``, hint from ``table``."""
+    return ExerciseError(kind, _said(mistake, **values), hint=_hint(table, mistake), mistake=mistake)
 
 
 def _doctor_silent(step: Callable, model, optimizer, batches, hints: dict, scaler=None) -> None:
@@ -67,20 +194,17 @@ def _doctor_silent(step: Callable, model, optimizer, batches, hints: dict, scale
         raise raised[0]
     bad = report.errors + report.warnings
     if bad:
-        first, others = bad[0], sorted({f.code for f in bad} - {bad[0].code})
-        summary = f"the doctor still reports {first.code} at {first.where}" + (
-            f" (also: {', '.join(others)})" if others else ""
-        )
-        raise ExerciseError(
-            "doctor", summary, detail=first.message, hint=hints.get(first.code, first.fix), mistake=first.code
-        )
+        first, others = bad[0], ", ".join(sorted({f.code for f in bad} - {bad[0].code}))
+        summary = _said("doctor-also" if others else "doctor", code=first.code, where=first.where, others=others)
+        hint = _hint(hints, first.code) if first.code in hints else first.fix
+        raise ExerciseError("doctor", summary, detail=first.message, hint=hint, mistake=first.code)
 
 
 def _loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tuple[float, float]:
     k = max(1, len(losses) // 4)
     first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
     if not all(math.isfinite(v) for v in losses) or not last < factor * first:
-        summary = f"the doctor is silent, but the loss does not fall with `{name}`: mean of the first {k} steps {first:.4f}, of the last {k} steps {last:.4f} (expected below {factor:g}× the start)."
+        summary = _said("no-fall", name=name, k=k, first=first, last=last, factor=factor)
         raise ExerciseError("contract", summary, measured={"first": first, "last": last})
     return first, last
 
@@ -111,15 +235,8 @@ def _measure_case(case: Callable) -> tuple[set[str], set[str]]:
 
 def _names(value: Any, variable: str) -> set[str]:
     if isinstance(value, str) or not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
-        summary = f"`{variable}` should be a list of parameter names as `model.named_parameters()` gives them (e.g. ['head.bias']), got {value!r}."
-        raise ExerciseError("type", summary)
+        raise ExerciseError("type", _said("names-type", variable=variable, value=value))
     return set(value)
-
-
-_MEASURE_HINTS = {
-    "no_grad_1": "measure it: read every parameter's .grad after one call of the step.",
-    "overwritten_1": "measure it: remember each parameter right after optimizer.step() (optimizer.register_step_post_hook) and compare it with its value when the step returns.",
-}
 
 
 def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
@@ -130,39 +247,23 @@ def check_case_1(case_1, hypothesis: Any, no_grad: Any, overwritten: Any):
     ``optimizer.step()`` gave them.
     """
     if not isinstance(hypothesis, str) or len(hypothesis.split()) < 6:
-        summary = "Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong and why it gives this symptom."
-        raise ExerciseError("contract", summary, mistake="no-hypothesis")
+        raise ExerciseError("contract", _said("no-hypothesis"), mistake="no-hypothesis")
     case = LearnerCall(case_1, "case_1", frozen_inputs=False)
     want_no_grad, want_overwritten = _measure_case(case)
     if not want_no_grad and not want_overwritten:
-        summary = "`case_1` no longer shows the symptom: run its cell again as the chapter gives it."
-        raise ExerciseError("contract", summary)
+        raise ExerciseError("contract", _said("no-symptom"))
     for variable, got, want in (("no_grad_1", no_grad, want_no_grad), ("overwritten_1", overwritten, want_overwritten)):
         got = _names(got, variable)
         if got != want:
-            summary = f"`{variable}` does not match what the checker measures on a fresh case_1 ({len(got)} name(s) given, {len(want)} measured)."
-            raise ExerciseError("value", summary, hint=_MEASURE_HINTS[variable], mistake=f"{variable}-wrong")
-    passed(
-        f"your measurements match: no gradient for {sorted(want_no_grad)}, overwritten after the step: {sorted(want_overwritten)}. The doctor's view of case_1, as confirmation:"
-    )
+            summary = _said("measured-wrong", variable=variable, got=len(got), want=len(want))
+            raise ExerciseError("value", summary, hint=_hint(_MEASURE_HINTS, variable), mistake=f"{variable}-wrong")
+    passed(_said("case-passed", no_grad=sorted(want_no_grad), overwritten=sorted(want_overwritten)))
     step, model, optimizer = case()
     return diagnose(step, model, optimizer, batches_of(*stripes(96, seed=0), 32))
 
 
 # --------------------------------------------------------------------------- exercise 1: the repaired forward
 
-_CONVNET_HINTS = {  # mistake id: hint
-    "wrong-dim": "normalise each example's feature vector: the norm is over dim=1 (keepdim=True).",
-    "not-normalised": "the features are not normalised: divide each example's features by their L2 norm.",
-    "no-keepdim": "the norm must keep its dimension (keepdim=True) so each row is divided by its own norm.",
-    "no-squeeze": "the logits need shape (N,): squeeze the head's last dimension, .squeeze(1).",
-    "data-write": "the logits are right but the gradients skip the normalisation: a write through `.data` hides the division from autograd. Normalise out of place (f / f.norm(...)).",
-    "no-gradient": "the path from the features to the loss is cut: the log may be detached, the computation not.",
-    "no-log": "keep what self.features(x) returns, as a snapshot, in self.logged.",
-    "log-with-graph": "cut it from the graph (detach) before storing.",
-    "log-normalised": "log what self.features(x) returns, before the normalisation.",
-    "log-is-a-view": "detach() is not a copy: it returns a view of the same storage, with the same version counter, so a later in-place change of the features (a `.data` write included) changes the log too.",
-}
 FORWARD_MISTAKES = mistakes(  # each computes the slip's features from the right ones, f
     _CONVNET_HINTS,
     {
@@ -171,8 +272,7 @@ FORWARD_MISTAKES = mistakes(  # each computes the slip's features from the right
         "no-keepdim": lambda f: f / (f.norm() + 1e-6),
     },
 )
-NO_SQUEEZE = Mistake("no-squeeze", _CONVNET_HINTS["no-squeeze"])
-DATA_WRITE = Mistake("data-write", _CONVNET_HINTS["data-write"])
+NO_SQUEEZE, DATA_WRITE = (Mistake(slip, _CONVNET_HINTS[slip]) for slip in ("no-squeeze", "data-write"))
 
 
 def _same_shape(got: Any, expected: torch.Tensor) -> bool:
@@ -183,20 +283,14 @@ def _check_logged(model: nn.Module, features: torch.Tensor, values: torch.Tensor
     """`model.logged` must be a snapshot of the features: same ``values``, no graph, its own storage."""
     logged = getattr(model, "logged", None)
     if not isinstance(logged, torch.Tensor):
-        summary = (
-            f"`{name}` should keep the features in `self.logged` (a tensor); found {type(logged).__name__} for {label}."
-        )
-        raise named("no-log", summary, _CONVNET_HINTS)
+        raise _named("no-log", _CONVNET_HINTS, name=name, type=type(logged).__name__, label=label)
     if logged.requires_grad:
-        summary = f"`self.logged` requires grad for {label}: the log holds the features' graph, and with it every saved activation of the step, for as long as it is kept."
-        raise named("log-with-graph", summary, _CONVNET_HINTS)
+        raise _named("log-with-graph", _CONVNET_HINTS, label=label)
     if logged.shape == values.shape and close(logged, F.normalize(values, dim=1)) and not close(logged, values):
-        raise named(
-            "log-normalised", f"`self.logged` holds the normalised features for {label}.", _CONVNET_HINTS, "value"
-        )
-    compare(logged, values, what="`self.logged`", label=label)
+        raise _named("log-normalised", _CONVNET_HINTS, "value", label=label)
+    compare(logged, values, what=_said("logged-what"), label=label)
     if logged.untyped_storage().data_ptr() == features.untyped_storage().data_ptr():
-        raise named("log-is-a-view", f"`self.logged` shares its memory with the features for {label}.", _CONVNET_HINTS)
+        raise _named("log-is-a-view", _CONVNET_HINTS, label=label)
 
 
 def check_repaired_convnet(cls) -> None:
@@ -211,75 +305,60 @@ def check_repaired_convnet(cls) -> None:
     >>> check_repaired_convnet(Fixed)  # doctest: +ELLIPSIS
     ✓ RepairedConvNet: same logits and gradients as the reference ...
     """
-    name = "RepairedConvNet"
-    why = "write the forward yourself (TinyConvNet.forward is the course's answer); self.features and self.head are yours."
-    hints = {
-        "stale": "an in-place normalisation (`f /= ...`) overwrites the tensor norm() saved for backward; normalise out of place (and do not detach to silence the error)."
-    }
+    name, hints = "RepairedConvNet", _hints(FORWARD_ERROR_HINTS)
+    off_limits = OffLimits(course=(CASE_DATA,), why=_(FORWARD_WHY))
     cases = [(0, 6, torch.float32), (1, 1, torch.float32), (2, 5, torch.float64)]
     for seed, n, dtype in cases:
         torch.manual_seed(seed)
         model = LearnerCall(cls, name, frozen_inputs=False).on(f"{name}()")()
         if not isinstance(model, TinyConvNet):
-            raise ExerciseError("type", f"`{name}` should subclass TinyConvNet (keep `class {name}(TinyConvNet):`).")
+            raise ExerciseError("type", _said("not-a-subclass", name=name))
         model = model.to(dtype)
         reference = TinyConvNet().to(dtype)
         reference.load_state_dict(model.state_dict())
         x, y = (t.to(dtype) for t in stripes(n, seed=seed))
-        label = f"a batch of {n} image(s) in {str(dtype)[6:]} (seed {seed})"
+        label = _said("batch-label", n=n, dtype=str(dtype)[6:], seed=seed)
         captured = []  # the features (for their storage) and their values before the forward may change them
         with model.features.register_forward_hook(
             lambda m, a, out, log=captured: log.append((out, out.detach().clone()))
         ):
-            out = LearnerCall(model, f"{name}.forward", OffLimits(course=(CASE_DATA,), why=why), hints).on(label)(x)
+            out = LearnerCall(model, f"{name}.forward", off_limits, hints).on(label)(x)
         f = reference.features(x)
         accepted = (reference(x), reference.head(f / (f.norm(dim=1, keepdim=True) + 1e-6)).squeeze(1))
         got = out.detach() if isinstance(out, torch.Tensor) else out
         expected = min(accepted, key=lambda e: float((got - e.detach()).abs().max()) if _same_shape(got, e) else 1e9)
         wrong = {m: reference.head(m.compute(f)).squeeze(1).detach() for m in FORWARD_MISTAKES}
         wrong[NO_SQUEEZE] = expected.detach().unsqueeze(1)
-        compare(got, expected.detach(), what=f"`{name}` logits", label=label, mistakes=wrong)
+        wrong = {replace(m, hint=_(m.hint)): value for m, value in wrong.items()}
+        compare(got, expected.detach(), what=_said("logits-what", name=name), label=label, mistakes=wrong)
         if len(captured) != 1:
-            summary = f"`{name}.forward` should run self.features once per call; it ran {len(captured)} times."
-            raise ExerciseError("contract", summary)
+            raise ExerciseError("contract", _said("features-once", name=name, n=len(captured)))
         params = list(model.parameters())
         try:
             loss = F.binary_cross_entropy_with_logits(out, y)
             grads = torch.autograd.grad(loss, params, allow_unused=True) if out.grad_fn else [None] * len(params)
         except RuntimeError as exc:
-            summary = f"backward through `{name}` fails for {label}: {exc}"
+            summary = _said("backward-fails", name=name, label=label, error=exc)
             raise ExerciseError("raised", summary, hint=hints.get(error_kind(exc)), mistake=error_kind(exc)) from None
         straight_through = reference.head(f + (F.normalize(f, dim=1) - f).detach()).squeeze(1)  # `f.data /= ...`
         ref_params, bce = list(reference.parameters()), F.binary_cross_entropy_with_logits
         expected_grads = torch.autograd.grad(bce(expected, y), ref_params, retain_graph=True)
         data_grads = torch.autograd.grad(bce(straight_through, y), ref_params, retain_graph=True)
-        for (pname, _), g, rg, dg in zip(model.named_parameters(), grads, expected_grads, data_grads):
+        for pname, g, rg, dg in zip(dict(model.named_parameters()), grads, expected_grads, data_grads):
             if g is None:
-                raise named("no-gradient", f"`{pname}` gets no gradient through `{name}` for {label}.", _CONVNET_HINTS)
-            compare(g, rg, what=f"the gradient of `{pname}`", label=label, mistakes={DATA_WRITE: dg})
+                raise _named("no-gradient", _CONVNET_HINTS, param=pname, name=name, label=label)
+            what, data_write = _said("gradient-what", param=pname), replace(DATA_WRITE, hint=_(DATA_WRITE.hint))
+            compare(g, rg, what=what, label=label, mistakes={data_write: dg})
         _check_logged(model, *captured[0], name, label)
     model, optimizer = conv_setup(0, cls)
     scaler, data = torch.amp.GradScaler("cpu"), batches_of(*stripes(384, seed=7), 32)
     step = LearnerCall(partial(reference_amp_step, model, optimizer, scaler, counter={"updates": 0}), name)
     _doctor_silent(step, model, optimizer, data[:3], {}, scaler=scaler)
     first, last = _loss_falls([float(step(b)) for b in data[3:] + data[:6]], name)
-    passed(
-        f"{name}: same logits and gradients as the reference on {len(cases)} inputs, a snapshot in self.logged; doctor silent; loss {first:.3f} → {last:.3f}"
-    )
+    passed(_said("convnet-passed", name=name, n=len(cases), first=first, last=last))
 
 
 # --------------------------------------------------------------------------- exercise 2: the AMP step
-
-
-AMP_SLIP_HINTS = {  # the variants of the reference step: slip -> hint
-    "no-clip": f"the gradients are not clipped: after scaler.unscale_(optimizer), clip them to norm {CLIP_NORM}.",
-    "always-rescale": f"the gradients are always rescaled to norm {CLIP_NORM}: clip_grad_norm_ only shrinks gradients whose norm is above the threshold and leaves the others alone.",
-    "no-clamp": f"the head is not kept in [-{HEAD_LIMIT:g}, {HEAD_LIMIT:g}]: after the step, clamp model.head's parameters under torch.no_grad().",
-    "clamp-all": "only the head is constrained: clamp model.head.parameters(), not every parameter.",
-    "fp32": "the forward runs in float32: the step is meant for fp16 autocast, torch.autocast('cpu', dtype=torch.float16).",
-    "bf16": "the forward runs in bf16: the step is meant for fp16 autocast (the one that needs the GradScaler).",
-    "stale-grads": "your step used gradients that were already in .grad when it started (the checker leaves some there, as a validation pass that called backward would): clear them before backward.",
-}
 
 
 def _amp_variant(slip: str):
@@ -315,34 +394,13 @@ def _amp_variant(slip: str):
 
 AMP_VARIANTS = variants(_amp_variant, AMP_SLIP_HINTS)
 
-AMP_HINTS = {  # by the doctor's code
-    "clip-before-unscale": "clip the true gradients: scaler.unscale_(optimizer) first, then clip_grad_norm_ (chapter 08, clipping under a GradScaler).",
-    "data-bypass": "clamp the parameter itself under torch.no_grad() (p.clamp_(...)), not through p.data.",
-    "update-undone": f"the clamp after the step puts the head back where it was: is the bound {HEAD_LIMIT:g}?",
-    "grad-not-cleared": "call optimizer.zero_grad() at the start of the step.",
-}
-AMP_CONTRACT_HINTS = {  # the step's contract, checked outside the doctor
-    "batch-changed": "an in-place op on x or y (`x -= ...`) writes into the caller's tensor; use `x = x - ...`.",
-    "loss-with-graph": "return loss.detach() or loss.item().",
-    "no-scaler": "scale the loss (scaler.scale(loss).backward()), then scaler.unscale_, scaler.step(optimizer) and scaler.update() once per step.",
-    "optimizer-step": "step through scaler.step(optimizer): it skips the update when the unscaled gradients are not finite.",
-    "counts-skipped": "it counts steps the GradScaler skipped (it lowers the scale in update() then); count an update only when the optimizer really stepped.",
-    "misses-updates": "it misses real updates: the scale also stays or grows when a step is applied (it grows after growth_interval clean steps); a skipped step is the only one that lowers it; count an update only when the optimizer really stepped.",
-    "no-clamp": "clamp them after the step.",
-}
-AMP_ERROR_HINTS = {  # by the kind of error the step raised (autogradlab.tracebacks.ERROR_KINDS)
-    "scaler_no_inf_checks": "step with scaler.step(optimizer) (not optimizer.step()) before scaler.update().",
-    "scaler_never_scaled": "backward the scaled loss: scaler.scale(loss).backward().",
-}
-
 
 def _one_step(learner: LearnerCall, model, optimizer, scaler, batch, counter) -> Any:
     """One call of the learner's step on copies of ``batch``; a batch changed in place is reported."""
     x, y = batch[0].clone(), batch[1].clone()
     out = learner(model, optimizer, scaler, (x, y), counter)
     if not (torch.equal(x, batch[0]) and torch.equal(y, batch[1])):
-        summary = "`amp_step` changed the batch it was given in place: the caller may still use it."
-        raise named("batch-changed", summary, AMP_CONTRACT_HINTS, "changed-input")
+        raise _named("batch-changed", AMP_CONTRACT_HINTS, "changed-input")
     return out
 
 
@@ -353,7 +411,7 @@ def _count_updates(learner: LearnerCall, data) -> tuple[int, int, list[int]]:
     model, optimizer = conv_setup(0)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=2)
     ran, counter, skipped_but_stepped = [], {"updates": 0}, []
-    call = learner.on("a GradScaler that starts at 2**24 and grows every 2 steps")
+    call = learner.on(_said("high-scaler"))
     with optimizer.register_step_post_hook(lambda *args: ran.append(1)):
         for i, batch in enumerate(data):
             before, stepped = scaler.get_scale(), len(ran)
@@ -369,29 +427,23 @@ def check_amp_step(amp_step) -> None:
     >>> check_amp_step(reference_amp_step)  # doctest: +ELLIPSIS
     ✓ amp_step: doctor silent, ...
     """
-    name, why = "amp_step", "write the step yourself (reference_amp_step is the checker's answer)."
-    learner = LearnerCall(amp_step, name, OffLimits(course=(CASE_DATA,), why=why), AMP_ERROR_HINTS, frozen_inputs=False)
+    name, off_limits = "amp_step", OffLimits(course=(CASE_DATA,), why=_(AMP_WHY))
+    learner = LearnerCall(amp_step, name, off_limits, _hints(AMP_ERROR_HINTS), frozen_inputs=False)
     data = batches_of(*stripes(384, seed=3), 32)
-    model, optimizer = conv_setup(0)
-    scaler = torch.amp.GradScaler("cpu")
-    first = _one_step(learner.on("the checker's first batch"), model, optimizer, scaler, data[0], {"updates": 0})
+    (model, optimizer), scaler = conv_setup(0), torch.amp.GradScaler("cpu")
+    first = _one_step(learner.on(_said("first-batch")), model, optimizer, scaler, data[0], {"updates": 0})
     if isinstance(first, torch.Tensor) and first.requires_grad:
-        summary = (
-            f"`{name}` returns the loss with its graph: whoever logs it keeps every saved activation of the step alive."
-        )
-        raise named("loss-with-graph", summary, AMP_CONTRACT_HINTS)
+        raise _named("loss-with-graph", AMP_CONTRACT_HINTS, name=name)
     if not (isinstance(first, (int, float)) or (isinstance(first, torch.Tensor) and first.numel() == 1)):
-        raise ExerciseError("type", f"`{name}` should return the loss (a number or a 1-element tensor).")
-    model, optimizer = conv_setup(0)
-    scaler = torch.amp.GradScaler("cpu")
-    step = partial(_one_step, learner.on("the checker's batches"), model, optimizer, scaler, counter={"updates": 0})
+        raise ExerciseError("type", _said("loss-type", name=name))
+    (model, optimizer), scaler = conv_setup(0), torch.amp.GradScaler("cpu")
+    step = partial(_one_step, learner.on(_said("batches")), model, optimizer, scaler, counter={"updates": 0})
     _doctor_silent(step, model, optimizer, data[:5], AMP_HINTS, scaler=scaler)
     if scaler.state_dict().get(SCALER_GROWTH_TRACKER_KEY, 0) != 5:
-        raise named("no-scaler", f"`{name}` does not use the GradScaler it is given.", AMP_CONTRACT_HINTS)
+        raise _named("no-scaler", AMP_CONTRACT_HINTS, name=name)
     counted, ran, stepped_on_skip = _count_updates(learner, data[:10])
     if stepped_on_skip:
-        summary = f"`{name}` applied an update in a step the GradScaler skipped (calls {stepped_on_skip}): the gradients held inf/NaN, and the optimizer wrote them into the weights."
-        raise named("optimizer-step", summary, AMP_CONTRACT_HINTS)
+        raise _named("optimizer-step", AMP_CONTRACT_HINTS, name=name, calls=stepped_on_skip)
     for seed in (0, 1):
 
         def run(one, seed=seed):
@@ -405,27 +457,24 @@ def check_amp_step(amp_step) -> None:
                 one(model, optimizer, scaler, batch, counter)
             return {k: p.detach().clone() for k, p in model.named_parameters()}
 
-        runs = run_variants(run, learner.on(f"6 steps (seed {seed})"), reference_amp_step, AMP_VARIANTS)
+        runs = run_variants(run, learner.on(_said("six-steps", seed=seed)), reference_amp_step, AMP_VARIANTS)
         if not _same_params(runs.learner, runs.reference):
             if slip := runs.closest(_same_params):
-                summary = f"the parameters after 6 steps (seed {seed}) with `{name}` differ from the reference."
-                raise ExerciseError("value", summary, hint=slip.hint, mistake=slip.name)
+                summary = _said("params-differ", seed=seed, name=name)
+                raise ExerciseError("value", summary, hint=_hint(AMP_SLIP_HINTS, slip.name), mistake=slip.name)
             for key, value in runs.reference.items():
-                compare(
-                    runs.learner[key], value, what=f"`{key}` after 6 steps (seed {seed})", label="the checker's batches"
-                )
+                compare(runs.learner[key], value, what=_said("param-what", key=key, seed=seed), label=_said("batches"))
     if counted != ran:
         mistake = "counts-skipped" if isinstance(counted, int) and counted > ran else "misses-updates"
-        summary = f"`{name}` counted {counted!r} updates in {len(data[:10])} calls where the optimizer really stepped {ran} times (a GradScaler that starts at 2**24 skips its first steps; with growth_interval=2 it then grows)."
-        raise named(mistake, summary, AMP_CONTRACT_HINTS, "value", measured={"counted": counted, "ran": ran})
+        summary = _said("count-wrong", name=name, counted=counted, calls=len(data[:10]), ran=ran)
+        hint, measured = _hint(AMP_CONTRACT_HINTS, mistake), {"counted": counted, "ran": ran}
+        raise ExerciseError("value", summary, hint=hint, mistake=mistake, measured=measured)
     losses = [float(step(b)) for b in data[5:] + data[:6]]
     first, last = _loss_falls(losses, name)
     worst = max(float(p.detach().abs().max()) for p in model.head.parameters())
     if worst > HEAD_LIMIT + 1e-6:
-        raise named("no-clamp", f"the head's parameters reach |{worst:.3g}| > {HEAD_LIMIT:g}.", AMP_CONTRACT_HINTS)
-    passed(
-        f"{name}: doctor silent, same parameters as the reference after 6 steps (2 seeds, stale gradients present before the first), {ran} real updates of 10 counted right, loss {first:.3f} → {last:.3f}"
-    )
+        raise _named("no-clamp", AMP_CONTRACT_HINTS, worst=worst)
+    passed(_said("amp-passed", name=name, ran=ran, first=first, last=last))
 
 
 def _same_params(got: dict, want: dict) -> bool:
@@ -433,25 +482,6 @@ def _same_params(got: dict, want: dict) -> bool:
 
 
 # --------------------------------------------------------------------------- exercise 3: what the optimizer misses
-
-
-LEAF_ERROR_HINTS = {  # by the kind of error the learner's walk raised (autogradlab.tracebacks.ERROR_KINDS)
-    "recursion": "a recursive walk needs one Python frame per node, and graphs are often thousands of nodes deep: walk with a stack (a list you push next_functions onto) and a loop.",
-    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (a constant factor): skip those.",
-    "ambiguous_bool": "`t in list_of_tensors` compares values element by element; compare identities instead, e.g. a set of id(p) for p in model.parameters().",
-    "size_mismatch": "`t in list_of_tensors` compares values element by element (and fails on different shapes); compare identities instead, e.g. a set of id(p) for p in model.parameters().",
-}
-
-
-LEAF_MISTAKES = {  # the slips of a returned list, by mistake id
-    "names": "return the tensors themselves (AccumulateGrad nodes hold them in `.variable`), not their names.",
-    "duplicates": "a tensor used twice in the forward has one AccumulateGrad node reached along two paths: keep a set of the nodes (or tensors) you have seen.",
-    "registered": "those are the ones the optimizer does see; leave them out.",
-    "not-in-graph": "a tensor kept in the model but never used by the forward is not in the loss's graph, so backward gives it nothing: walk the graph from loss.grad_fn, not the model's attributes.",
-    "no-grad-tensor": "a tensor that does not require grad is no leaf of the graph and gets no gradient.",
-    "missed": "every leaf of the graph that requires grad and is not registered counts, wherever it lives: in a list or dict of the model, or outside it (an input that requires grad); follow every next_functions entry, skipping the (None, 0) ones.",
-    "no-visited-set": "your walk visits a node once per path to it, and h = h * w + h doubles the paths at every step: keep a set of the nodes you have seen and skip them.",
-}
 
 
 def check_untrained_leaves(untrained_leaves) -> None:
@@ -474,28 +504,23 @@ def check_untrained_leaves(untrained_leaves) -> None:
     >>> check_untrained_leaves(reference)  # doctest: +ELLIPSIS
     ✓ untrained_leaves: ...
     """
-    name = "untrained_leaves"
-    off_limits = replace(
-        BY_HAND,
-        course=("autogradlab.models.doctor", "autogradlab.graph"),
-        why="walk loss.grad_fn yourself (chapter 01): backward, the doctor's graph walk and capture() are the course's answer.",
-    )
+    name, hints = "untrained_leaves", _hints(LEAF_ERROR_HINTS)
+    off_limits = replace(BY_HAND, course=("autogradlab.models.doctor", "autogradlab.graph"), why=_(LEAVES_WHY))
     cases = leaf_cases()
     for label, build in cases:
         model, loss, expected = build()
         VISITS.update(reads=0, limit=20 * model.depth if getattr(model, "residual", False) else None)
         try:
-            got = LearnerCall(untrained_leaves, name, off_limits, LEAF_ERROR_HINTS).on(label)(model, loss)
+            got = LearnerCall(untrained_leaves, name, off_limits, hints).on(label)(model, loss)
         except ExerciseError as error:
             if VISITS["limit"] is not None and VISITS["reads"] > VISITS["limit"]:
-                raise error.but(
-                    kind="contract", hint=LEAF_MISTAKES["no-visited-set"], mistake="no-visited-set"
-                ) from None
+                hint = _hint(LEAF_MISTAKES, "no-visited-set")
+                raise error.but(kind="contract", hint=hint, mistake="no-visited-set") from None
             raise
         finally:
             VISITS["limit"] = None
         if isinstance(got, torch.Tensor) or not isinstance(got, (list, tuple, set, frozenset)):
-            raise ExerciseError("type", f"`{name}` should return a list of tensors for {label}, got {type(got)}.")
+            raise ExerciseError("type", _said("leaves-type", name=name, label=label, type=type(got)))
         items = list(got)
         ids = [id(t) for t in items]
         registered, want = {id(p) for p in model.parameters()}, {id(t) for t in expected}
@@ -512,10 +537,7 @@ def check_untrained_leaves(untrained_leaves) -> None:
         slip = next((m for m, happened in slips.items() if happened), None)
         if slip is not None:
             kind = {"names": "type", "type": "type", "duplicates": "contract"}.get(slip, "value")
-            summary = (
-                f"`{name}` returned {len(items)} item(s) for {label}; {len(want)} tensor(s) are expected, each once."
-            )
-            raise ExerciseError(kind, summary, hint=LEAF_MISTAKES.get(slip), mistake=slip if slip != "type" else None)
-    passed(
-        f"{name}: the right tensors, each once, for {len(cases)} graphs (lists, dicts, shared tensors, an input, a graph after backward, 3,000 ops deep, 2^30 paths), walked by hand"
-    )
+            summary = _said("leaves-wrong", name=name, n=len(items), label=label, want=len(want))
+            hint = _hint(LEAF_MISTAKES, slip) if slip in LEAF_MISTAKES else None
+            raise ExerciseError(kind, summary, hint=hint, mistake=slip if slip != "type" else None)
+    passed(_said("leaves-passed", name=name, n=len(cases)))
