@@ -198,7 +198,7 @@ class LossScaleLab(StaticFallback, w.VBox):
             ("patch", CRIMSON, _("flushed to 0"), 0.15),
             ("patch", ORANGE, _("subnormal"), 0.2),
             ("patch", PURPLE, "inf", 0.15),
-            ("patch", GRAY, "|g| (scale 1)", 0.4),
+            ("patch", GRAY, _("|g| (scale 1)"), 0.4),
             ("patch", BLUE, _("|g| × final scale"), 0.8),
         ]
         shift = math.log2(trace.final_scale) if trace.final_scale > 0 else None
