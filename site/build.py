@@ -421,6 +421,7 @@ def build(
     exporter = HTMLExporter(template_name="course", extra_template_basedirs=[str(Path(__file__).parent / "templates")])
     copy_assets(out, exporter)
     editions = chapters_zh is not None and chapters_zh.is_dir()
+    shutil.rmtree(out / WORDS["zh"]["folder"], ignore_errors=True)  # no page of an earlier build left behind
     pages = build_edition(out, "en", solutions_dir, chapters_dir, exporter, solutions, editions)
     if editions:
         pages += build_edition(out / "zh", "zh", solutions_dir, chapters_zh, exporter, solutions, editions)
