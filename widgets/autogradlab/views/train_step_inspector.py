@@ -90,7 +90,7 @@ class TrainStepInspector(StaticFallback, w.VBox):
         elif not session.history:
             self.status.value = _message(_("Before the first line. Press <b>Next line</b>."))
         else:
-            changed = ", ".join(STATE_TITLES[s] for s in session.changed) or _("nothing")
+            changed = ", ".join(_(STATE_TITLES[s]) for s in session.changed) or _("nothing")
             last = html.escape(session.history[-1].source.splitlines()[0])
             done = _(" &nbsp; (step finished)") if session.done else ""
             self.status.value = _message(
@@ -126,7 +126,7 @@ def _tables(session: StepSession) -> str:
     cells = session.cells()
     whole = [c for c in cells if not c.item]
     head = "".join(f"<th style='{_CELL}'>{t}</th>" for t in (_("state"), _("value")))
-    rows = "".join(f"<tr><td style='{_CELL}'>{STATE_TITLES[c.state]}</td>{_td(c.text, c.changed)}</tr>" for c in whole)
+    rows = "".join(f"<tr><td style='{_CELL}'>{_(STATE_TITLES[c.state])}</td>{_td(c.text, c.changed)}</tr>" for c in whole)
     first = f"<table style='border-collapse:collapse;margin-bottom:8px'><tr>{head}</tr>{rows}</table>"
     per = {}
     for c in cells:
@@ -137,7 +137,7 @@ def _tables(session: StepSession) -> str:
         f"<th style='{_CELL}'>"
         + _("parameter")
         + "</th>"
-        + "".join(f"<th style='{_CELL}'>{STATE_TITLES[s]}</th>" for s in states)
+        + "".join(f"<th style='{_CELL}'>{_(STATE_TITLES[s])}</th>" for s in states)
     )
     rows = "".join(
         f"<tr><td style='{_CELL}'>{html.escape(name)}</td>"
