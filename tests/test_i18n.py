@@ -109,6 +109,19 @@ def test_check_names_lost_fields_f_strings_conflicts_and_orphan_catalogs(tmp_pat
     assert "translate 'Hint: ' differently" in found
 
 
+def test_release_check_fails_naming_module_and_msgid(tmp_path, capsys):
+    from autogradlab.release.__main__ import main
+
+    _package(tmp_path, DEMO)
+    (tmp_path / "solutions").mkdir()
+    assert main(["--root", str(tmp_path), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "release: translation zh: package views.demo: no catalog for its 3 messages" in err
+    package_catalog.update(tmp_path)
+    assert main(["--root", str(tmp_path), "--check"]) == 1
+    assert "package views.demo, line 7: missing: 'Gradient of `{name}`'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- the package's own catalogs
 
 
