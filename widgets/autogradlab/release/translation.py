@@ -11,6 +11,10 @@ unit's translation *fuzzy* (stale) and keeps the old English as ``previous_id``;
 becomes obsolete; a new unit has no translation. :func:`problems` names each missing or stale unit by
 chapter, cell and paragraph, and :func:`translate_notebook` refuses to build a chapter that has one.
 
+The package's own learner-facing messages (checkers, views, the doctor) have one catalog per module, kept in
+step by the same :func:`merge` rule: :mod:`autogradlab.release.package_catalog` (``package-update``,
+``package-compile``).
+
 >>> source = "## A heading\\n\\nFirst paragraph,\\nstill first.\\n\\n- item one\\n- item two\\n\\n```python\\nx = 1\\n```"
 >>> [u.text for u in units(source)]
 ['A heading', 'First paragraph,\\nstill first.', 'item one', 'item two']
