@@ -126,7 +126,9 @@ def _tables(session: StepSession) -> str:
     cells = session.cells()
     whole = [c for c in cells if not c.item]
     head = "".join(f"<th style='{_CELL}'>{t}</th>" for t in (_("state"), _("value")))
-    rows = "".join(f"<tr><td style='{_CELL}'>{_(STATE_TITLES[c.state])}</td>{_td(c.text, c.changed)}</tr>" for c in whole)
+    rows = "".join(
+        f"<tr><td style='{_CELL}'>{_(STATE_TITLES[c.state])}</td>{_td(c.text, c.changed)}</tr>" for c in whole
+    )
     first = f"<table style='border-collapse:collapse;margin-bottom:8px'><tr>{head}</tr>{rows}</table>"
     per = {}
     for c in cells:
