@@ -3,6 +3,7 @@ mistake id that names them (overfit one batch, batch dependencies); the lab's ga
 mystery 1's fixes, symptom-chasing changes and partial fixes. Tests read the errors' fields, never their text."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -385,3 +386,13 @@ def test_the_file_is_imported_afresh_at_each_check(tmp_path, capsys):
     path.write_text(fixed_source(1))
     check_mystery_1(path)
     assert capsys.readouterr().out.startswith("✓ mystery 1")
+
+
+@pytest.mark.parametrize("answer, mistake", [(_overfit("in place"), "changed-parameters"), (_callers_x, None)])
+def test_a_rejected_answer_speaks_chinese_when_asked(answer, mistake, monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the checker's summary and hint are Chinese; kind and mistake stay."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    check = check_batch_dependencies if mistake is None else check_overfit_one_batch
+    error, chinese = rejected(check, answer), re.compile("[\u4e00-\u9fff]")
+    assert error.mistake == (mistake or "x-requires-grad"), str(error)
+    assert chinese.search(error.summary) and chinese.search(error.hint), str(error)
