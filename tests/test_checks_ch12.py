@@ -2,6 +2,8 @@
 unchanged script, symptom-chasing changes and partial fixes are rejected with a mistake id, and a first
 attempt gets no hint that could name the bug. Tests read the errors' fields, never their text."""
 
+import re
+
 import pytest
 
 from autogradlab.checks.ch10 import LAB
@@ -229,3 +231,14 @@ def test_wrong_fixes_are_rejected_without_naming_the_bug(tmp_path, case):
     error = info.value
     assert (error.kind, error.mistake) == (kind, mistake)
     assert error.kind == "raised" or error.measured["hint_level"] == 0
+
+
+def test_a_rejected_fix_speaks_chinese_when_asked(tmp_path, monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the lab's summary and hint are Chinese; kind and mistake stay."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    number, replacements, kind, mistake = WRONG["4 sgd"]
+    with pytest.raises(ExerciseError) as info:
+        CHECKS[number](script(tmp_path, number, replacements))
+    error, chinese = info.value, re.compile("[\u4e00-\u9fff]")
+    assert (error.kind, error.mistake) == (kind, mistake), str(error)
+    assert chinese.search(error.summary) and chinese.search(error.hint), str(error)
