@@ -1,6 +1,7 @@
 """Chapter 11 checkers: right answers pass; plausible wrong ones are rejected with the mistake named (fields only)."""
 
 import logging
+import re
 
 import pytest
 import torch
@@ -179,3 +180,11 @@ WRONG = [(check_saved_bytes, m) for m in SAVED_MISTAKES] + [(check_step_without_
 def test_wrong_values_are_named(checker, mistake):
     error = rejected(lambda: checker(mistake.compute))
     assert (error.kind, error.mistake) == ("value", mistake.id) and error.hint
+
+
+def test_a_rejected_answer_speaks_chinese_when_asked(monkeypatch):
+    """Under AUTOGRADLAB_LANG=zh the checker's summary and hint are Chinese; kind and mistake stay."""
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error, chinese = rejected(lambda: check_step_without_breaks(keeps_print)), re.compile("[\u4e00-\u9fff]")
+    assert (error.kind, error.mistake) == ("graph-break", "print"), str(error)
+    assert chinese.search(error.summary) and chinese.search(error.hint), str(error)

@@ -21,6 +21,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, close, mistakes, passed
 from autogradlab.graph.saved_bytes import SavedBytes
+from autogradlab.i18n import N_, _
 from autogradlab.models.compiled import (
     base_of,
     compile_recorded,
@@ -41,6 +42,71 @@ from autogradlab.models.compiled.exercises import (
     quiet_print,
     step_case,
 )
+
+# fmt: off
+SAVED_HINTS = {
+    "tangents": N_("the backward graph's inputs named tangents_… are the incoming gradients, not saved values: backward receives them when it runs, the forward keeps nothing for them."),
+    "inputs": N_("a saved input (a placeholder of the forward graph: a parameter, the batch) exists anyway: it adds no memory."),
+    "views-of-inputs": N_("a saved view of an input (t, permute, view, expand …: `node.target.is_view`) shares the input's memory: follow view ops back to their base before you count."),
+    "per-value": N_("two saved values can be views of one tensor (a result and its `alias`, the halves of a `chunk`): count the memory of their base once, not each value."),
+    "elements": N_("count bytes, not elements: `node.meta['val']` is a tensor with `.numel()` and `.element_size()`."),
+    "four-bytes": N_("the element size depends on the dtype: 8 bytes for float64, 2 for the bfloat16 copies autocast saves."),
+    "all-outputs": N_("the forward graph's first outputs are the function's results, not values saved for backward: take the backward graph's inputs (minus the tangents) as the saved set."),
+    None: N_("list the saved values, follow each view back to its base, and count the bases that are not inputs, each once."),
+}
+BREAK_HINTS = {
+    "item": N_("`.item()` or `float()` turns a tensor into a Python number, which Dynamo cannot keep in a graph: compare and divide with tensors (`torch.where`, `loss.detach()`)."),
+    "branch": N_("a Python `if` on a tensor's value breaks the graph: compute both sides and pick with `torch.where`, or notice that the op does nothing where the condition is false."),
+    "print": N_("`print` runs Python on the side: return the loss and let the caller log it."),
+    "disabled": N_("a `torch.compiler.disable`d function is run eagerly between two graphs: that is a break too; write its work with tensor ops instead."),
+}
+STEP_HINTS = {
+    "clamp-dropped": N_("the clamp changes the gradient where outputs lie beyond ±10 (there it is 0): keep it, it needs no `if`."),
+    "normalize-dropped": N_("a loss above 1 is divided by its own value (a constant: `.item()`); keep that, written with tensors."),
+    "normalize-always": N_("only a loss above 1 is divided by its value; below 1 the step is unchanged (`torch.where`)."),
+    "not-detached": N_("`loss / loss` is the constant 1 with a zero gradient; `.item()` divided by a number that carries no gradient: that is `loss.detach()`."),
+}
+POLICY_HINTS = {
+    "saves-nothing": N_("recomputing every matmul fits the budget but doubles the forward's FLOPs: some matmul outputs do fit, save those."),
+    "all-matmuls": N_("every matmul output is 4 budgets' worth of bytes: choose which matmuls to save."),
+    "larger-outputs": N_("`up`'s output (tokens × 4·width) is four times `down`'s (tokens × width) for the same FLOPs: per byte, saving `down` buys four times as much."),
+    "addmm-only": N_("a Linear without bias runs `aten.mm`, not `aten.addmm`: this stack has both kinds."),
+    "saves-pointwise": N_("pointwise outputs are large and cheap to recompute; the matmuls are what costs FLOPs."),
+}
+#: the checks' words, by key
+SAID = {
+    "bytes-type": N_("`saved_bytes` should return a whole number of bytes, got {value!r} for {label}."),
+    "bytes-wrong": N_("`saved_bytes` is wrong for {label}: you count {got} B, the saved-tensor hooks measure {expected} B kept for backward (inputs left out)."),
+    "saved-values": N_("Saved values: {values}"),
+    "bytes-passed": N_("saved_bytes reads what {n} compiled forwards keep for backward, as the saved-tensor hooks measure it"),
+    "step-type": N_("`step_without_breaks` should return the loss as a tensor with its graph, got {loss!r} for {label}."),
+    "step-type-hint": N_("return the loss tensor itself; the caller calls backward() and logs it."),
+    "loss": N_("`step_without_breaks` changes the loss for the batch with {label}: loss {got:.6g}, logged_step's {expected:.6g}."),
+    "gradients": N_("`step_without_breaks` changes the gradients for the batch with {label}: loss {got:.6g}, logged_step's {expected:.6g}."),
+    "breaks": N_("Dynamo still breaks `step_without_breaks` into {graphs} graphs: {n} break(s), the first at `{line}` ({reason})."),
+    "fullgraph": N_("`torch.compile(step_without_breaks, fullgraph=True)` refuses it: {error}"),
+    "step-passed": N_("step_without_breaks gives logged_step's loss and gradients on {n} batches, in one graph with no break"),
+    "stack-bias": N_("{depth} block(s) of width {width}, {tokens} tokens, with bias"),
+    "stack": N_("{depth} block(s) of width {width}, {tokens} tokens, without bias"),
+    "policy-type": N_("`policy` returned {decision!r} for {op} ({label}); it must return a CheckpointPolicy."),
+    "policy-type-hint": N_("return CheckpointPolicy.MUST_SAVE or CheckpointPolicy.PREFER_RECOMPUTE."),
+    "policy-raised": N_("compiling the stack with `policy` raised {type} for {label}: {error}"),
+    "policy-raised-hint": N_("return a `torch.utils.checkpoint.CheckpointPolicy` (MUST_SAVE or PREFER_RECOMPUTE) for every op."),
+    "policy-wrong": N_("for {label}: `policy` keeps {saved} B (budget {budget} B) and recomputes {flops} matmul FLOPs (the fewest possible within the budget: {least})."),
+    "over-budget": N_("Over the budget."),
+    "too-much-recompute": N_("Within the budget, but more recomputation than needed."),
+    "policy-passed": N_("policy keeps {n} compiled stacks within a quarter of their matmul bytes, recomputing the fewest FLOPs"),
+}
+# fmt: on
+
+
+def _said(key: str, **values) -> str:
+    return _(SAID[key]).format(**values)
+
+
+def _hint(table: dict, key: str | None) -> str | None:
+    return _(table[key]) if key in table else None
+
 
 # --------------------------------------------------------------------------- exercise 1: saved memory from the graphs
 
@@ -77,16 +143,6 @@ def _all_outputs(forward, backward):
     return sum(_bytes(b) for b in bases if b.op != "placeholder")
 
 
-SAVED_HINTS = {
-    "tangents": "the backward graph's inputs named tangents_… are the incoming gradients, not saved values: backward receives them when it runs, the forward keeps nothing for them.",
-    "inputs": "a saved input (a placeholder of the forward graph: a parameter, the batch) exists anyway: it adds no memory.",
-    "views-of-inputs": "a saved view of an input (t, permute, view, expand …: `node.target.is_view`) shares the input's memory: follow view ops back to their base before you count.",
-    "per-value": "two saved values can be views of one tensor (a result and its `alias`, the halves of a `chunk`): count the memory of their base once, not each value.",
-    "elements": "count bytes, not elements: `node.meta['val']` is a tensor with `.numel()` and `.element_size()`.",
-    "four-bytes": "the element size depends on the dtype: 8 bytes for float64, 2 for the bfloat16 copies autocast saves.",
-    "all-outputs": "the forward graph's first outputs are the function's results, not values saved for backward: take the backward graph's inputs (minus the tangents) as the saved set.",
-    None: "list the saved values, follow each view back to its base, and count the bases that are not inputs, each once.",
-}
 SAVED_MISTAKES = mistakes(
     SAVED_HINTS,
     {
@@ -105,7 +161,7 @@ def _as_bytes(value, label: str) -> int:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-        raise ExerciseError("type", f"`saved_bytes` should return a whole number of bytes, got {value!r} for {label}.")
+        raise ExerciseError("type", _said("bytes-type", value=value, label=label))
     return int(value)
 
 
@@ -134,26 +190,18 @@ def check_saved_bytes(saved_bytes) -> None:
         candidates = [m for m in candidates if m.compute(forward, backward) == got]
         if got == measured.total:
             continue
-        summary = f"`saved_bytes` is wrong for {case.label}: you count {got} B, the saved-tensor hooks measure {measured.total} B kept for backward (inputs left out)."
-        detail = "Saved values: " + ", ".join(
-            f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t
-        )
+        summary = _said("bytes-wrong", label=case.label, got=got, expected=measured.total)
+        values = ", ".join(f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t)
+        detail = _said("saved-values", values=values)
         slip = candidates[0].id if candidates else None
         measured = {"got": got, "expected": measured.total}
-        raise ExerciseError("value", summary, detail=detail, hint=SAVED_HINTS[slip], mistake=slip, measured=measured)
-    passed(
-        f"saved_bytes reads what {len(SAVED_CASES)} compiled forwards keep for backward, as the saved-tensor hooks measure it"
-    )
+        raise ExerciseError(
+            "value", summary, detail=detail, hint=_hint(SAVED_HINTS, slip), mistake=slip, measured=measured
+        )
+    passed(_said("bytes-passed", n=len(SAVED_CASES)))
 
 
 # --------------------------------------------------------------------------- exercise 2: a step without graph breaks
-
-BREAK_HINTS = {
-    "item": "`.item()` or `float()` turns a tensor into a Python number, which Dynamo cannot keep in a graph: compare and divide with tensors (`torch.where`, `loss.detach()`).",
-    "branch": "a Python `if` on a tensor's value breaks the graph: compute both sides and pick with `torch.where`, or notice that the op does nothing where the condition is false.",
-    "print": "`print` runs Python on the side: return the loss and let the caller log it.",
-    "disabled": "a `torch.compiler.disable`d function is run eagerly between two graphs: that is a break too; write its work with tensor ops instead.",
-}
 
 
 def _break_kind(reason: str, line: str) -> str:
@@ -182,12 +230,6 @@ def _slip(clamp=True, normalize="above 1", divisor=torch.Tensor.detach):
     return step
 
 
-STEP_HINTS = {
-    "clamp-dropped": "the clamp changes the gradient where outputs lie beyond ±10 (there it is 0): keep it, it needs no `if`.",
-    "normalize-dropped": "a loss above 1 is divided by its own value (a constant: `.item()`); keep that, written with tensors.",
-    "normalize-always": "only a loss above 1 is divided by its value; below 1 the step is unchanged (`torch.where`).",
-    "not-detached": "`loss / loss` is the constant 1 with a zero gradient; `.item()` divided by a number that carries no gradient: that is `loss.detach()`.",
-}
 STEP_MISTAKES = mistakes(
     STEP_HINTS,
     {
@@ -204,11 +246,8 @@ def _run_step(step, label):
     with quiet_print():
         loss = step(model, x, y)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
-        raise ExerciseError(
-            "type",
-            f"`step_without_breaks` should return the loss as a tensor with its graph, got {loss!r} for {label}.",
-            hint="return the loss tensor itself; the caller calls backward() and logs it.",
-        )
+        summary, hint = _said("step-type", loss=loss, label=label), _said("step-type-hint")
+        raise ExerciseError("type", summary, hint=hint)
     loss.backward()
     return loss.detach(), [p.grad for p in model.parameters()]
 
@@ -229,26 +268,24 @@ def check_step_without_breaks(step_without_breaks) -> None:
             continue
         slip = next((m.id for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), got)), None)
         what = "loss" if not close(got[0], expected[0]) else "gradients"
-        summary = f"`step_without_breaks` changes the {what} for the batch with {label}: loss {got[0].item():.6g}, logged_step's {expected[0].item():.6g}."
-        raise ExerciseError("value", summary, hint=STEP_HINTS.get(slip), mistake=slip)
+        summary = _said(what, label=label, got=got[0].item(), expected=expected[0].item())
+        raise ExerciseError("value", summary, hint=_hint(STEP_HINTS, slip), mistake=slip)
     model, x, y = step_case("clamped, large loss")
     with quiet_print():
         found = graph_breaks(step_without_breaks, model, x, y)
     if found.breaks:
         first = found.breaks[0]
         kind = _break_kind(first.reason, first.line)
-        summary = f"Dynamo still breaks `step_without_breaks` into {found.graphs} graphs: {len(found.breaks)} break(s), the first at `{first.line}` ({first.reason})."
-        raise ExerciseError("graph-break", summary, hint=BREAK_HINTS.get(kind), mistake=kind)
+        summary = _said("breaks", graphs=found.graphs, n=len(found.breaks), line=first.line, reason=first.reason)
+        raise ExerciseError("graph-break", summary, hint=_hint(BREAK_HINTS, kind), mistake=kind)
     torch.compiler.reset()
     try:  # fullgraph=True raises at any break, also one the explanation did not list
         with quiet(), quiet_print():
             torch.compile(step_without_breaks, backend="eager", fullgraph=True)(model, x, y)
     except Exception as exc:
-        summary = f"`torch.compile(step_without_breaks, fullgraph=True)` refuses it: {str(exc).splitlines()[0]}"
+        summary = _said("fullgraph", error=str(exc).splitlines()[0])
         raise ExerciseError("graph-break", summary, mistake="other") from None
-    passed(
-        f"step_without_breaks gives logged_step's loss and gradients on {len(STEP_CASES)} batches, in one graph with no break"
-    )
+    passed(_said("step-passed", n=len(STEP_CASES)))
 
 
 def _matches(expected, got) -> bool:
@@ -280,15 +317,6 @@ def _policies():
         "larger-outputs": by(lambda op, args: op in matmul and not smaller(args)),
         "saves-pointwise": by(lambda op, args: op not in matmul),
     }
-
-
-POLICY_HINTS = {
-    "saves-nothing": "recomputing every matmul fits the budget but doubles the forward's FLOPs: some matmul outputs do fit, save those.",
-    "all-matmuls": "every matmul output is 4 budgets' worth of bytes: choose which matmuls to save.",
-    "larger-outputs": "`up`'s output (tokens × 4·width) is four times `down`'s (tokens × width) for the same FLOPs: per byte, saving `down` buys four times as much.",
-    "addmm-only": "a Linear without bias runs `aten.mm`, not `aten.addmm`: this stack has both kinds.",
-    "saves-pointwise": "pointwise outputs are large and cheap to recompute; the matmuls are what costs FLOPs.",
-}
 
 
 def _exercise_error_in(exc: BaseException) -> ExerciseError | None:
@@ -329,7 +357,7 @@ def check_checkpoint_policy(policy) -> None:
     learner = LearnerCall(policy, "policy", frozen_inputs=False)
     for case in POLICY_CASES:
         tokens, width, depth, bias = case
-        label = f"{depth} block(s) of width {width}, {tokens} tokens, {'with' if bias else 'without'} bias"
+        label = _said("stack-bias" if bias else "stack", depth=depth, width=width, tokens=tokens)
 
         # The learner's errors are kept, not raised, while torch traces: an exception inside the compiled
         # run can leave its checkpoint mode active in the process (seen on torch 2.11); raised after it.
@@ -342,9 +370,8 @@ def check_checkpoint_policy(policy) -> None:
                 problems.append(error)
                 return CheckpointPolicy.PREFER_RECOMPUTE
             if not isinstance(decision, CheckpointPolicy):
-                summary = f"`policy` returned {decision!r} for {op} ({label}); it must return a CheckpointPolicy."
-                hint = "return CheckpointPolicy.MUST_SAVE or CheckpointPolicy.PREFER_RECOMPUTE."
-                problems.append(ExerciseError("type", summary, hint=hint))
+                summary = _said("policy-type", decision=decision, op=op, label=label)
+                problems.append(ExerciseError("type", summary, hint=_said("policy-type-hint")))
                 return CheckpointPolicy.PREFER_RECOMPUTE
             return decision
 
@@ -355,25 +382,19 @@ def check_checkpoint_policy(policy) -> None:
                 raise problems[0] from None
             if inner := _exercise_error_in(exc):
                 raise inner from None
-            summary = (
-                f"compiling the stack with `policy` raised {type(exc).__name__} for {label}: {str(exc).splitlines()[0]}"
-            )
-            hint = "return a `torch.utils.checkpoint.CheckpointPolicy` (MUST_SAVE or PREFER_RECOMPUTE) for every op."
-            raise ExerciseError("raised", summary, hint=hint) from None
+            summary = _said("policy-raised", type=type(exc).__name__, label=label, error=str(exc).splitlines()[0])
+            raise ExerciseError("raised", summary, hint=_said("policy-raised-hint")) from None
         if problems:
             raise problems[0]
         least = least_recompute_flops(tokens, width, depth)
         if saved <= budget and flops <= least:
             continue
         slip = next((n for n, wrong in _policies().items() if _measure_policy(wrong, case)[:2] == (saved, flops)), None)
-        over = saved > budget
-        summary = f"for {label}: `policy` keeps {saved} B (budget {budget} B) and recomputes {flops} matmul FLOPs (the fewest possible within the budget: {least})."
-        detail = "Over the budget." if over else "Within the budget, but more recomputation than needed."
         measured = {"saved": saved, "budget": budget, "flops": flops, "least": least}
-        mistake = slip or ("over-budget" if over else "too-much-recompute")
-        raise ExerciseError(
-            "contract", summary, detail=detail, hint=POLICY_HINTS.get(slip), mistake=mistake, measured=measured
+        summary, symptom = (
+            _said("policy-wrong", label=label, **measured),
+            "over-budget" if saved > budget else "too-much-recompute",
         )
-    passed(
-        f"policy keeps {len(POLICY_CASES)} compiled stacks within a quarter of their matmul bytes, recomputing the fewest FLOPs"
-    )
+        hint, detail = _hint(POLICY_HINTS, slip), _said(symptom)
+        raise ExerciseError("contract", summary, detail=detail, hint=hint, mistake=slip or symptom, measured=measured)
+    passed(_said("policy-passed", n=len(POLICY_CASES)))
