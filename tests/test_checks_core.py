@@ -424,3 +424,15 @@ def test_a_hook_torch_calls_inside_the_learners_line_is_not_a_course_call():
 def test_an_error_without_a_kind_is_refused():
     with pytest.raises(ValueError):
         ExerciseError("`f` is wrong for x.")  # a message where the kind belongs
+
+
+def test_errors_render_in_the_learners_language(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = called(lambda x: x.add_(1), torch.zeros(2))
+    assert error.kind == "changed-input" and error.hint is not None
+    assert str(error).splitlines() == [
+        "`answer` 在 x 上以 in-place 方式修改了它的输入。",
+        "提示：in-place 算子（`x *= ...`、`x.add_(...)`）会修改调用者的张量；请写成 `x = x * ...`。",
+    ]
+    monkeypatch.delenv("AUTOGRADLAB_LANG")
+    assert str(error).splitlines()[1].startswith("Hint: an in-place op")  # a table's hint follows the language

@@ -32,6 +32,7 @@ from unittest import mock
 import torch
 
 from autogradlab import torch_internals as internals
+from autogradlab.i18n import N_, _
 from autogradlab.tracebacks import error_kind, hint_for, is_kind, learner_call, learner_frame
 
 # --------------------------------------------------------------------------- the structured error
@@ -91,12 +92,15 @@ class ExerciseError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        """The message: summary, detail, the learner's line, then the hint."""
+        """The message in the learner's language: summary, detail, the learner's line, then the hint.
+
+        A hint from an exercise's table (marked with ``N_``) is translated here, when shown.
+        """
         lines = [part for part in (self.summary, self.detail) if part]
         if self.where:
-            lines.append(f"  in your code: {self.where}")
+            lines.append(_("  in your code: {where}").format(where=self.where))
         if self.hint:
-            lines.append(f"Hint: {self.hint}")
+            lines.append(_("Hint: {hint}").format(hint=_(self.hint)))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -181,7 +185,7 @@ class OffLimits:
             if self.autograd:
                 for owner, attr in internals.engine_patch_points():
                     engine = owner is torch.autograd.variable.Variable  # the C++ engine object, not a function
-                    stand_in = _EngineStandIn(used) if engine else _refuser("the autograd engine", used)
+                    stand_in = _EngineStandIn(used) if engine else _refuser(N_("the autograd engine"), used)
                     stack.enter_context(mock.patch.object(owner, attr, stand_in))
             if self.no_graph:
                 stack.enter_context(torch.inference_mode())
@@ -193,8 +197,8 @@ class OffLimits:
 BY_HAND = OffLimits(
     autograd=True,
     no_graph=True,
-    why="this exercise asks for the formula by hand: write the gradient with plain tensor operations; autograd is only the reference the checker uses.",
-)
+    why=N_("this exercise asks for the formula by hand: write the gradient with plain tensor operations; autograd is only the reference the checker uses."),
+)  # fmt: skip
 
 
 class _Refused(RuntimeError):
@@ -213,7 +217,7 @@ class _EngineStandIn:
     """Stands in for PyTorch's C++ autograd engine: running backward is refused, everything else delegated."""
 
     def __init__(self, used: list[str]):
-        self.run_backward, self._real = _refuser("the autograd engine", used), internals.execution_engine()
+        self.run_backward, self._real = _refuser(N_("the autograd engine"), used), internals.execution_engine()
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -229,13 +233,7 @@ def autograd_routines() -> tuple[Routine, ...]:
     import torch.autograd.functional as functional
 
     transforms, (grad_nesting, jvp_nesting) = internals.functorch_transform_entry_points()
-    return (
-        Routine(torch.autograd, "backward", "`backward()`"),
-        Routine(torch.autograd, "grad", "`torch.autograd.grad`"),
-        Routine(transforms, grad_nesting, "a `torch.func` transform (grad, vjp, jacrev, hessian)"),
-        Routine(transforms, jvp_nesting, "a `torch.func` forward-mode transform (jvp, jacfwd)"),
-        *routines(functional, "torch.autograd.functional", "jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"),
-    )
+    return (Routine(torch.autograd, "backward", "`backward()`"), Routine(torch.autograd, "grad", "`torch.autograd.grad`"), Routine(transforms, grad_nesting, N_("a `torch.func` transform (grad, vjp, jacrev, hessian)")), Routine(transforms, jvp_nesting, N_("a `torch.func` forward-mode transform (jvp, jacfwd)")), *routines(functional, "torch.autograd.functional", "jacobian", "hessian", "vjp", "jvp", "vhp", "hvp"))  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -271,12 +269,12 @@ def _course_calls(modules: tuple[str, ...], used: list[str]) -> Iterator[None]:
 
 # Process-wide settings a learner's function must leave as it found them: (read, restore).
 _GLOBAL_SETTINGS = {
-    "grad mode (torch.is_grad_enabled())": (torch.is_grad_enabled, torch.set_grad_enabled),
-    "inference mode": (torch.is_inference_mode_enabled, None),  # no public setter: reported, not restored
-    "the default dtype": (torch.get_default_dtype, torch.set_default_dtype),
-    "anomaly detection": (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
-    "deterministic algorithms": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
-    "the recursion limit": (sys.getrecursionlimit, sys.setrecursionlimit),
+    N_("grad mode (torch.is_grad_enabled())"): (torch.is_grad_enabled, torch.set_grad_enabled),
+    N_("inference mode"): (torch.is_inference_mode_enabled, None),  # no public setter: reported, not restored
+    N_("the default dtype"): (torch.get_default_dtype, torch.set_default_dtype),
+    N_("anomaly detection"): (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+    N_("deterministic algorithms"): (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+    N_("the recursion limit"): (sys.getrecursionlimit, sys.setrecursionlimit),
 }
 
 
@@ -336,7 +334,7 @@ class LearnerCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name, label = self.name, self.label
         if not callable(self.fn):
-            summary = f"`{name}` should be a function, but it is a {type(self.fn).__name__}."
+            summary = _("`{name}` should be a function, but it is a {type}.").format(name=name, type=type(self.fn).__name__)  # fmt: skip
             raise ExerciseError("not-a-function", summary)
         before = _global_state()
         inputs = [(a, a.detach().clone()) for a in args if isinstance(a, torch.Tensor)] if self.frozen_inputs else []
@@ -347,12 +345,13 @@ class LearnerCall:
             if self.off_limits.no_graph:
                 result = _out_of_inference(result)
         except NotImplementedError:
-            summary = f"`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` with your code, run that cell, then run this check again."
+            summary = _("`{name}` still raises NotImplementedError: replace `raise NotImplementedError()` with your code, run that cell, then run this check again.").format(name=name)  # fmt: skip
             raise ExerciseError("not-implemented", summary) from None
         except Exception as exc:  # the learner's bug, reported as such
             if used or (self.off_limits.no_graph and is_kind(exc, "no_graph")):
-                raise self._off_limits_error(used or ["autograd (a graph cannot be recorded here)"], exc) from None
-            summary, where = f"`{name}` raised {type(exc).__name__} for {label}: {exc}", learner_line(exc)
+                raise self._off_limits_error(used or [N_("autograd (a graph cannot be recorded here)")], exc) from None
+            summary = _("`{name}` raised {error} for {label}: {message}").format(name=name, error=type(exc).__name__, label=label, message=exc)  # fmt: skip
+            where = learner_line(exc)
             raise ExerciseError(
                 "raised", summary, where=where, hint=self._hint_for(exc), mistake=error_kind(exc)
             ) from None
@@ -362,12 +361,13 @@ class LearnerCall:
         if used:
             raise self._off_limits_error(used, None)
         if changed:
-            summary = f"`{name}` changed {', '.join(changed)} for {label} and left it changed."
-            hint = "a function must leave global settings as it found them; use a `with` block (e.g. `with torch.no_grad():`) instead of a global switch."
+            summary = _("`{name}` changed {settings} for {label} and left it changed.").format(name=name, settings=", ".join(map(_, changed)), label=label)  # fmt: skip
+            hint = N_("a function must leave global settings as it found them; use a `with` block (e.g. `with torch.no_grad():`) instead of a global switch.")  # fmt: skip
             raise ExerciseError("global-state", summary, hint=hint, mistake=changed[0])
         if any(given.shape != copy.shape or not torch.equal(given.detach(), copy) for given, copy in inputs):
-            hint = "an in-place op (`x *= ...`, `x.add_(...)`) modifies the caller's tensor; use `x = x * ...`."
-            raise ExerciseError("changed-input", f"`{name}` changed its input in place for {label}.", hint=hint)
+            hint = N_("an in-place op (`x *= ...`, `x.add_(...)`) modifies the caller's tensor; use `x = x * ...`.")
+            summary = _("`{name}` changed its input in place for {label}.").format(name=name, label=label)
+            raise ExerciseError("changed-input", summary, hint=hint)
         return result
 
     def _hint_for(self, exc: BaseException) -> str | None:
@@ -376,7 +376,8 @@ class LearnerCall:
         return hint_for(exc, self.error_hints) if self.error_hints else None
 
     def _off_limits_error(self, used: list[str], exc: BaseException | None) -> ExerciseError:
-        summary, where = f"`{self.name}` used {', '.join(used)} for {self.label}.", exc and learner_line(exc)
+        summary = _("`{name}` used {used} for {label}.").format(name=self.name, used=", ".join(map(_, used)), label=self.label)  # fmt: skip
+        where = exc and learner_line(exc)
         return ExerciseError("off-limits", summary, hint=self.off_limits.why or None, where=where, mistake=used[0])
 
 
@@ -476,18 +477,18 @@ def close(got: torch.Tensor | None, expected: torch.Tensor | None, *, after_step
 
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
-    return f"a {type(value).__name__}"
+        return _("a tensor of shape {shape} and dtype {dtype}").format(shape=tuple(value.shape), dtype=value.dtype)
+    return _("a {type}").format(type=type(value).__name__)
 
 
 _SHAPE_HINTS = {  # generic shape mistakes: id -> hint
-    "transposed": "the shape is the transpose of the expected one: check the order of the factors and which one is transposed.",
-    "layout": "right number of elements, wrong layout: reshape or transpose back to the input's shape.",
-    "batch-not-summed": "there is an extra leading dimension of size {batch} (the batch): sum over the batch dimension.",
-    "one-number": "you returned a single number, but one value per input element is expected.",
-    "batch-dim-missing": "the leading (batch) dimension is missing: did you sum or average over it too early?",
-    "shape": "compare the shapes above with the shapes of the inputs.",
-}
+    "transposed": N_("the shape is the transpose of the expected one: check the order of the factors and which one is transposed."),
+    "layout": N_("right number of elements, wrong layout: reshape or transpose back to the input's shape."),
+    "batch-not-summed": N_("there is an extra leading dimension of size {batch} (the batch): sum over the batch dimension."),
+    "one-number": N_("you returned a single number, but one value per input element is expected."),
+    "batch-dim-missing": N_("the leading (batch) dimension is missing: did you sum or average over it too early?"),
+    "shape": N_("compare the shapes above with the shapes of the inputs."),
+}  # fmt: skip
 
 
 def shape_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> tuple[str, str]:
@@ -505,7 +506,7 @@ def shape_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> t
         mistake = "batch-dim-missing"
     else:
         mistake = "shape"
-    return mistake, _SHAPE_HINTS[mistake].format(batch=batch)
+    return mistake, _(_SHAPE_HINTS[mistake]).format(batch=batch)
 
 
 def _fit_scale(got: torch.Tensor, expected: torch.Tensor) -> float | None:
@@ -519,9 +520,9 @@ def _fit_scale(got: torch.Tensor, expected: torch.Tensor) -> float | None:
 
 
 _NAMED_FACTORS = (
-    ("batch_size", "a sum where a mean was meant (or a missing division by the batch size)"),
-    ("accum_steps", "the loss was not divided by accum_steps"),
-    ("num_tokens", "a sum over tokens where the token mean was meant"),
+    ("batch_size", N_("a sum where a mean was meant (or a missing division by the batch size)")),
+    ("accum_steps", N_("the loss was not divided by accum_steps")),
+    ("num_tokens", N_("a sum over tokens where the token mean was meant")),
 )
 
 
@@ -535,18 +536,18 @@ def scale_hint(got: torch.Tensor, expected: torch.Tensor, context: Mapping) -> t
     if c is None or abs(c - 1.0) < 1e-6:
         return None
     if abs(c + 1.0) < 1e-3:
-        return "sign", "the sign is flipped: every value is the negative of the right one."
+        return "sign", N_("the sign is flipped: every value is the negative of the right one.")
     for key, meaning in _NAMED_FACTORS:
         n = context.get(key)
         if n and n != 1:
             if math.isclose(c, n, rel_tol=1e-3):
-                return f"times-{key}", f"every value is {n}× too large ({key} = {n}): {meaning}."
+                return f"times-{key}", _("every value is {n}× too large ({key} = {n}): {meaning}.").format(n=n, key=key, meaning=_(meaning))  # fmt: skip
             if math.isclose(c, 1.0 / n, rel_tol=1e-3):
-                hint = f"every value is {n}× too small ({key} = {n}): a mean where a sum was meant, or divided by {key} twice."
+                hint = _("every value is {n}× too small ({key} = {n}): a mean where a sum was meant, or divided by {key} twice.").format(n=n, key=key)  # fmt: skip
                 return f"over-{key}", hint
     if got.numel() == 1:
         return None
-    return "factor", f"every value is off by the same factor {c:.4g}: look for a missing or extra constant."
+    return "factor", _("every value is off by the same factor {c:.4g}: look for a missing or extra constant.").format(c=c)  # fmt: skip
 
 
 def _measure(got: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
@@ -563,7 +564,7 @@ def _measure(got: torch.Tensor, expected: torch.Tensor) -> dict[str, Any]:
 
 
 def _value_report(m: Mapping[str, Any], rtol: float, atol: float) -> str:
-    return f"measured: max |error| = {m['max_abs_error']:.3g} at index {m['index']} (got {m['got']:.6g}, expected {m['expected']:.6g}), max error relative to the largest value = {m['max_rel_error']:.3g}; tolerance rtol={rtol:g}, atol={atol:g}."
+    return _("measured: max |error| = {max_abs_error:.3g} at index {index} (got {got:.6g}, expected {expected:.6g}), max error relative to the largest value = {max_rel_error:.3g}; tolerance rtol={rtol:g}, atol={atol:g}.").format(rtol=rtol, atol=atol, **m)  # fmt: skip
 
 
 def compare(
@@ -585,24 +586,26 @@ def compare(
     """
     context = dict(context or {})
     known = [(m.id, m.hint, value) for m, value in (mistakes or {}).items()]
-    head = f"{what} is wrong for {label}."
+    head = _("{what} is wrong for {label}.").format(what=what, label=label)
     if not isinstance(got, torch.Tensor):
-        extra = " (a Python number: `.item()` or `float()` leaves the tensor world)" * isinstance(got, (float, int))
-        raise ExerciseError("type", head, detail=f"Expected {_describe(expected)}, got {_describe(got)}{extra}.")
+        extra = _(" (a Python number: `.item()` or `float()` leaves the tensor world)") * isinstance(got, (float, int))
+        detail = _("Expected {expected}, got {got}{extra}.").format(expected=_describe(expected), got=_describe(got), extra=extra)  # fmt: skip
+        raise ExerciseError("type", head, detail=detail)
     rtol, atol = tolerance(expected.dtype)
     if got.shape != expected.shape:
         # A known wrong formula often has its own wrong shape (a sum over the wrong dim).
         mistake, hint = _matching_mistake(got.detach(), known, rtol, atol) or shape_hint(got, expected, context)
-        detail = f"Shape: got {tuple(got.shape)}, expected {tuple(expected.shape)}."
+        detail = _("Shape: got {got}, expected {expected}.").format(got=tuple(got.shape), expected=tuple(expected.shape))  # fmt: skip
         raise ExerciseError("shape", head, detail=detail, hint=hint, mistake=mistake)
     if check_dtype and got.dtype != expected.dtype:
-        hint = "keep the input's dtype (avoid torch.tensor(...) of Python floats or .float())."
-        raise ExerciseError("dtype", head, detail=f"Dtype: got {got.dtype}, expected {expected.dtype}.", hint=hint)
+        hint = N_("keep the input's dtype (avoid torch.tensor(...) of Python floats or .float()).")
+        detail = _("Dtype: got {got}, expected {expected}.").format(got=got.dtype, expected=expected.dtype)
+        raise ExerciseError("dtype", head, detail=detail, hint=hint)
     got_values = got.detach()
     if not torch.isfinite(got_values).all() and torch.isfinite(expected).all():
         found = _matching_mistake(got_values, known, rtol, atol) or (nonfinite and (nonfinite.id, nonfinite.hint))
         mistake, hint = found or (None, None)
-        detail = "Your result contains inf or NaN where the reference is finite."
+        detail = _("Your result contains inf or NaN where the reference is finite.")
         raise ExerciseError("not-finite", head, detail=detail, hint=hint, mistake=mistake)
     if torch.allclose(got_values.double(), expected.double(), rtol=rtol, atol=atol):
         return
@@ -610,7 +613,7 @@ def compare(
     found = _matching_mistake(got_values, known, rtol, atol)
     if found is None and got.dim() >= 2 and got.shape[-1] == got.shape[-2]:
         if torch.allclose(got_values.transpose(-1, -2).double(), expected.double(), rtol=rtol, atol=atol):
-            found = ("transposed", "your result is the transpose of the right one: check which factor is transposed.")
+            found = ("transposed", N_("your result is the transpose of the right one: check which factor is transposed."))  # fmt: skip
     if found is None:
         found = scale_hint(got_values, expected, context)
     (mistake, hint), detail = found or (None, None), _value_report(measured, rtol, atol)
@@ -664,16 +667,16 @@ def check_function(
             compare(
                 got[i] if several else got,
                 expected[i] if several else expected,
-                what=f"`{output}` from `{name}`" if several else f"`{name}`",
+                what=_("`{output}` from `{name}`").format(output=output, name=name) if several else f"`{name}`",
                 label=case.label,
                 context=case.context,
                 mistakes={m: tuple(values)[i] if several else values for m, values in wrong.items()},
                 check_dtype=check_dtype,
                 nonfinite=nonfinite,
             )
-    plural = "s" if len(cases) != 1 else ""
-    shown = f" (outputs {', '.join(outputs)})" if several else ""
-    passed(f"{name} matches the reference on {len(cases)} input{plural}{shown}")
+    shown = _(" (outputs {names})").format(names=", ".join(outputs)) if several else ""
+    message = _("{name} matches the reference on {n} inputs{shown}") if len(cases) != 1 else _("{name} matches the reference on 1 input{shown}")  # fmt: skip
+    passed(message.format(name=name, n=len(cases), shown=shown))
 
 
 def _slip(mistake: Mistake, args: Sequence) -> Any:
@@ -685,16 +688,19 @@ def _slip(mistake: Mistake, args: Sequence) -> Any:
 
 def as_outputs(got: Any, outputs: tuple, name: str) -> tuple:
     """The learner's tuple/list (or dict keyed by the output names) as a tuple in ``outputs`` order."""
-    wanted = f"{len(outputs)} values ({', '.join(outputs)})"
+    wanted = _("{n} values ({names})").format(n=len(outputs), names=", ".join(outputs))
     if isinstance(got, Mapping):
         missing = [key for key in outputs if key not in got]
         if missing:
-            raise ExerciseError("type", f"`{name}` returned a dict without the key(s) {missing}; expected {wanted}.")
+            summary = _("`{name}` returned a dict without the key(s) {missing}; expected {wanted}.")
+            raise ExerciseError("type", summary.format(name=name, missing=missing, wanted=wanted))
         return tuple(got[key] for key in outputs)
     if not isinstance(got, (tuple, list)):
-        raise ExerciseError("type", f"`{name}` should return {wanted} as a tuple, but it returned {_describe(got)}.")
+        summary = _("`{name}` should return {wanted} as a tuple, but it returned {got}.")
+        raise ExerciseError("type", summary.format(name=name, wanted=wanted, got=_describe(got)))
     if len(got) != len(outputs):
-        raise ExerciseError("type", f"`{name}` returned {len(got)} values; expected {wanted}, in that order.")
+        summary = _("`{name}` returned {n} values; expected {wanted}, in that order.")
+        raise ExerciseError("type", summary.format(name=name, n=len(got), wanted=wanted))
     return tuple(got)
 
 

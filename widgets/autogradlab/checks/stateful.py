@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from autogradlab.checks.core import LearnerCall, close
+from autogradlab.i18n import N_
 from autogradlab.models.doctor import watch_scaler
 from autogradlab.models.train_state import Snapshot
 
@@ -136,12 +137,12 @@ def differences(got: Snapshot, expected: Snapshot) -> list[str]:
         (mine is None) == (state is None) and (not state or (mine.keys() == state.keys() and same(mine, state)))
         for mine, state in ((got.optimizer[n], state) for n, state in expected.optimizer.items())
     )
-    differ = {
+    differ = {  # the names are shown to the learner: translate them with _() where they are
         ".grad": not same(got.grads, expected.grads),
-        "parameter values": not same(got.params, expected.params),
-        "optimizer state": not optimizer,
-        "module mode": got.mode != expected.mode,
-        "RNG state": got.rng != expected.rng,
+        N_("parameter values"): not same(got.params, expected.params),
+        N_("optimizer state"): not optimizer,
+        N_("module mode"): got.mode != expected.mode,
+        N_("RNG state"): got.rng != expected.rng,
     }
     return [state for state, differs in differ.items() if differs]
 
