@@ -201,3 +201,10 @@ def test_masks_keep_neither_everything_nor_a_row_count():
         kept = int(mask.sum())
         assert 0 < kept < x.numel() and kept != x.shape[0], case.label
     assert any((~c.args[1]).all(dim=-1).any() for c in _masked_cases() if c.args[1].dim() == 2)
+
+
+def test_a_wrong_derivative_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = rejected(check_derivative, lambda x: 2 * x * torch.sin(x))
+    assert (error.kind, error.mistake) == ("value", "only-u'v")
+    assert "在 x = [0, 1, -2, 3.5] (float64) 上不对" in str(error) and "提示：乘积法则有两项" in str(error)

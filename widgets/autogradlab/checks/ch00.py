@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from autogradlab.checks.core import BY_HAND, Case, Mistake, check_function, mistakes, seeded
+from autogradlab.i18n import N_
 
 
 def _autograd_derivative(f):
@@ -38,11 +39,11 @@ def f(x: torch.Tensor) -> torch.Tensor:
 
 
 _DERIVATIVE_HINTS = {
-    "only-u'v": "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x).",
-    "only-uv'": "the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x).",
-    "sign": "sign error: d/dx sin(x) = +cos(x), so both terms are added.",
-    "power-rule": "power rule: d/dx x² = 2x (you used x).",
-    "u'v'": "(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x)).",
+    "only-u'v": N_("the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u'·v = 2x·sin(x)."),
+    "only-uv'": N_("the product rule has two terms: (u·v)' = u'·v + u·v'. You kept only u·v' = x²·cos(x)."),
+    "sign": N_("sign error: d/dx sin(x) = +cos(x), so both terms are added."),
+    "power-rule": N_("power rule: d/dx x² = 2x (you used x)."),
+    "u'v'": N_("(u·v)' is not u'·v': you multiplied the two derivatives (2x·cos(x))."),
 }
 _DERIVATIVE_SLIPS = {
     "only-u'v": lambda x: 2 * x * torch.sin(x),
@@ -104,19 +105,19 @@ def _exp_form(x):
     return 1 / (1 + e) + x * e / (1 + e) ** 2
 
 
-_OVERFLOW = "exp(−x) overflows to inf for large negative x (float32 from x ≈ −89), and inf/inf is NaN: write σ' with σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x."
+_OVERFLOW = N_("exp(−x) overflows to inf for large negative x (float32 from x ≈ −89), and inf/inf is NaN: write σ' with σ itself, σ'(x) = σ(x)(1 − σ(x)), which stays finite for every x.")  # fmt: skip
 
 _SILU_HINTS = {
-    "only-sigma": "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x).",
-    "only-x-sigma'": "the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x).",
-    "sigma'-is-sigma": "σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x)).",
-    "tanh-pattern": "1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself.",
-    "denominator-not-squared": "the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))².",
-    "sign": "sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive.",
-    "u'v'": "(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule.",
-    "x-missing": "the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x))).",
+    "only-sigma": N_("the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only σ(x)."),
+    "only-x-sigma'": N_("the product rule has two terms: (x·σ(x))' = 1·σ(x) + x·σ'(x). You kept only x·σ'(x)."),
+    "sigma'-is-sigma": N_("σ'(x) is not σ(x) (that is exp's rule): apply the chain rule to 1 / (1 + e^(−x))."),
+    "tanh-pattern": N_("1 − σ² is tanh's pattern, not sigmoid's: differentiate 1 / (1 + e^(−x)) and write the result with σ itself."),
+    "denominator-not-squared": N_("the quotient rule squares the denominator: d/dx (1 + e^(−x))^(−1) = e^(−x) / (1 + e^(−x))²."),
+    "sign": N_("sign error: the chain rule through e^(−x) gives −e^(−x), and the two minus signs cancel: σ' is positive."),
+    "u'v'": N_("(u·v)' is not u'·v': that gives 1·σ'(x) = σ(x)(1 − σ(x)), one factor short of the product rule."),
+    "x-missing": N_("the second term of the product rule is x·σ'(x): the factor x is missing (σ'(x) alone is σ(x)(1 − σ(x)))."),
     "overflow": _OVERFLOW,
-}
+}  # fmt: skip
 _SILU_SLIPS = {
     "only-sigma": _sig,
     "only-x-sigma'": lambda x: x * _sig(x) * (1 - _sig(x)),
@@ -175,13 +176,13 @@ def _masked_cases() -> list[Case]:
 
 
 _MASKED_MEAN_HINTS = {
-    "divided-by-numel": "the mean divides by the number of KEPT entries, mask.sum(), not by x.numel().",
-    "mask-missing": "masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask.",
-    "divided-by-rows": "the mean divides by the number of kept entries, not by x.shape[0] (the rows).",
-    "per-row-mean": "L is ONE mean over all kept entries of x, not a mean per row: divide by mask.sum() over the whole tensor, not by each row's count (an all-False row then needs no special case: its entries get 0).",
-    "factor-2": "d/dx x² = 2x: the factor 2 is missing.",
-    "masked-sum": "this is the gradient of the masked SUM: the mean also divides by the number of kept entries.",
-}
+    "divided-by-numel": N_("the mean divides by the number of KEPT entries, mask.sum(), not by x.numel()."),
+    "mask-missing": N_("masked-out entries do not reach the loss, so their gradient is 0: multiply by the mask."),
+    "divided-by-rows": N_("the mean divides by the number of kept entries, not by x.shape[0] (the rows)."),
+    "per-row-mean": N_("L is ONE mean over all kept entries of x, not a mean per row: divide by mask.sum() over the whole tensor, not by each row's count (an all-False row then needs no special case: its entries get 0)."),
+    "factor-2": N_("d/dx x² = 2x: the factor 2 is missing."),
+    "masked-sum": N_("this is the gradient of the masked SUM: the mean also divides by the number of kept entries."),
+}  # fmt: skip
 MASKED_MEAN_MISTAKES = (
     *mistakes(
         _MASKED_MEAN_HINTS,
