@@ -582,3 +582,10 @@ def test_the_page_shows_the_real_function(function):
         if f"def {function.__name__}(" in block
     ]
     assert len(blocks) == 1 and defined(blocks[0]) == defined(inspect.getsource(function))
+
+
+def test_a_wrong_set_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = rejected(check_params_that_get_grad, lambda x, params: {"a", "b", "c", "d"})
+    assert_named(error, "value", "detached")
+    assert "backward 之后有梯度的参数是" in str(error) and "提示：d 只以 d.detach() 的形式被使用" in str(error)

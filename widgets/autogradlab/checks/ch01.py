@@ -26,6 +26,7 @@ from autogradlab.checks.core import (
     seeded,
 )
 from autogradlab.checks.node_runs import NodeRuns
+from autogradlab.i18n import N_, _
 from autogradlab.models.dynamic_graph import routed_forward
 
 _OWN_ANSWERS = ("autogradlab.checks.ch01",)
@@ -56,11 +57,11 @@ def _with_grad(x, params) -> set[str]:
 # The slip a wrong name reveals, tried in this order: the first explains the most.
 _PARAM_SLIPS = {"d": "detached", "a": "zero-is-not-none", "b": "branch", "c": "loop"}
 _PARAM_HINTS = {
-    "detached": "d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d.",
-    "zero-is-not-none": "a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values.",
-    "branch": "the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1.",
-    "loop": "the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1.",
-}
+    "detached": N_("d is used only as d.detach(): detach returns a tensor outside the graph, so no gradient reaches d."),
+    "zero-is-not-none": N_("a is always used: relu(x @ a) is recorded whatever its values. Where relu outputs zeros, a.grad is a tensor of zeros, not None: the graph follows the operations that ran, not the values."),
+    "branch": N_("the `if` depends on this x: compute relu(x @ a).sum() yourself and compare it with 1."),
+    "loop": N_("the loop runs int(x.abs().max()) times for this x, and not at all when every |x| < 1."),
+}  # fmt: skip
 
 
 def check_params_that_get_grad(params_that_get_grad) -> None:
@@ -73,22 +74,22 @@ def check_params_that_get_grad(params_that_get_grad) -> None:
     >>> check_params_that_get_grad(answer)
     ✓ params_that_get_grad is right on 5 inputs
     """
-    why = "reason about the code: which lines run for this x? The check runs your function with no graph possible."
+    why = _("reason about the code: which lines run for this x? The check runs your function with no graph possible.")
     learner = LearnerCall(
         params_that_get_grad, "params_that_get_grad", OffLimits(autograd=True, no_graph=True, why=why)
     )
     for case in _routed_cases():
         got = learner.on(case.label)(*case.args)
         if not isinstance(got, (set, frozenset)) or not got <= set(_PARAM_SLIPS):
-            hint = (
+            hint = _(
                 "return a set of names among 'a', 'b', 'c', 'd', such as {'a', 'b'}: a set has no order and no repeats."
             )
-            raise ExerciseError("type", f"`params_that_get_grad` returned {got!r} for {case.label}.", hint=hint)
+            raise ExerciseError("type", _("`params_that_get_grad` returned {got!r} for {label}.").format(got=got, label=case.label), hint=hint)  # fmt: skip
         truth = _with_grad(*case.args)
         if got != truth:
-            summary = f"Wrong for {case.label}: you said {sorted(got)}; after backward the parameters with a gradient are {sorted(truth)}."
+            summary = _("Wrong for {label}: you said {got}; after backward the parameters with a gradient are {truth}.").format(label=case.label, got=sorted(got), truth=sorted(truth))  # fmt: skip
             raise named(next(_PARAM_SLIPS[n] for n in _PARAM_SLIPS if n in got ^ truth), summary, _PARAM_HINTS, "value")
-    passed("params_that_get_grad is right on 5 inputs")
+    passed(_("params_that_get_grad is right on 5 inputs"))
 
 
 # --- Exercise 2: repair a function whose graph is cut -----------------------------------------
@@ -108,11 +109,11 @@ def _scaled(x, t, *, mean=True, std=True, clamp="graph"):
 
 
 _SCALED_GRADIENT_HINTS = {
-    "mean-cut": "the mean still leaves the graph (`.item()`, `.detach()` or `float()` make it a constant): the gradient that flows through the mean is missing. Keep `x.mean()` a tensor in the graph.",
-    "std-cut": "the std is still a constant (rebuilt with `torch.tensor(...)`, or detached): the gradient through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph).",
-    "mean-and-std-cut": "both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path x -> output is in the graph.",
-    "clamp-hidden": "the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place.",
-}
+    "mean-cut": N_("the mean still leaves the graph (`.item()`, `.detach()` or `float()` make it a constant): the gradient that flows through the mean is missing. Keep `x.mean()` a tensor in the graph."),
+    "std-cut": N_("the std is still a constant (rebuilt with `torch.tensor(...)`, or detached): the gradient through the std is missing. Use `x.std()` itself (`.to(dtype)` converts and keeps the graph)."),
+    "mean-and-std-cut": N_("both the mean and the std are still constants (`.item()`, `torch.tensor(...)`): only the direct path x -> output is in the graph."),
+    "clamp-hidden": N_("the clamp changes the values but autograd never saw it (an in-place clamp under `no_grad` or on `.data`): scores capped at ±3 must get zero gradient. Clamp outside `no_grad`, out of place."),
+}  # fmt: skip
 _SCALED_GRADIENT_SLIPS = {
     "mean-cut": lambda x, t: _scaled(x, t, mean=False),
     "std-cut": lambda x, t: _scaled(x, t, std=False),
@@ -122,10 +123,10 @@ _SCALED_GRADIENT_SLIPS = {
 SCALED_GRADIENT_MISTAKES = mistakes(_SCALED_GRADIENT_HINTS, _SCALED_GRADIENT_SLIPS)
 
 _SCALED_VALUE_HINTS = {
-    "no-clamp": "the scores are not capped at ±3 (the clamp is missing).",
-    "biased-std": "x.std() divides by N - 1 (the default); you divided by N (correction=0).",
-    "times-temperature": "divide by the temperature, not multiply.",
-    "clamped-x": "clamp the standardised scores, not x itself.",
+    "no-clamp": N_("the scores are not capped at ±3 (the clamp is missing)."),
+    "biased-std": N_("x.std() divides by N - 1 (the default); you divided by N (correction=0)."),
+    "times-temperature": N_("divide by the temperature, not multiply."),
+    "clamped-x": N_("clamp the standardised scores, not x itself."),
 }
 _SCALED_VALUE_SLIPS = {
     "no-clamp": lambda x, t: _scaled(x, t, clamp="none"),
@@ -157,9 +158,9 @@ def _grads(fn, x, t, weights):
 
 
 _CUT_HINTS = {
-    "cut-x": "something between x and the output leaves the graph: here the clamp under `no_grad` returns a tensor with no history.",
-    "cut-temperature": "the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`).",
-}
+    "cut-x": N_("something between x and the output leaves the graph: here the clamp under `no_grad` returns a tensor with no history."),
+    "cut-temperature": N_("the temperature was turned into a constant (`float()`, `.item()`, `torch.tensor(...)`)."),
+}  # fmt: skip
 
 
 def check_scaled_scores(scaled_scores) -> None:
@@ -168,32 +169,32 @@ def check_scaled_scores(scaled_scores) -> None:
     >>> check_scaled_scores(lambda x, t: ((x - x.mean()) / x.std()).clamp(-3, 3) / t)
     ✓ scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs
     """
-    learner = LearnerCall(scaled_scores, "scaled_scores", OffLimits(course=_OWN_ANSWERS, why="write it yourself."))
+    learner = LearnerCall(scaled_scores, "scaled_scores", OffLimits(course=_OWN_ANSWERS, why=_("write it yourself.")))
     for i, case in enumerate(_scaled_cases()):
         x, t = case.args
         lx, lt = x.clone().requires_grad_(True), t.clone().requires_grad_(True)
         got = learner.on(case.label)(lx, lt)
         wrong = {m: m.compute(x, t) for m in SCALED_VALUE_MISTAKES}
-        compare(got, _scaled(x, t), what="The value of `scaled_scores`", label=case.label, mistakes=wrong)
+        compare(got, _scaled(x, t), what=_("The value of `scaled_scores`"), label=case.label, mistakes=wrong)
         if got.grad_fn is None:
-            summary = f"`scaled_scores` returned a tensor with no grad_fn for {case.label}: the graph was cut after the last operation, so no gradient reaches x or the temperature."
+            summary = _("`scaled_scores` returned a tensor with no grad_fn for {label}: the graph was cut after the last operation, so no gradient reaches x or the temperature.").format(label=case.label)  # fmt: skip
             raise ExerciseError("contract", summary, mistake="no-graph")
         weights = torch.randn(x.shape, generator=seeded(200 + i), dtype=x.dtype)
         got_grads = torch.autograd.grad((got * weights).sum(), (lx, lt), allow_unused=True)
         right = _grads(_scaled, x, t, weights)
         wrong = {m: _grads(m.compute, x, t, weights) for m in SCALED_GRADIENT_MISTAKES}
-        for k, name in enumerate(("x", "the temperature")):
+        for k, (name, shown) in enumerate((("x", "x"), ("temperature", _("the temperature")))):
             if got_grads[k] is None:
-                summary = f"No gradient reaches {name} through `scaled_scores` for {case.label}."
-                raise named(f"cut-{name.split()[-1]}", summary, _CUT_HINTS)
+                summary = _("No gradient reaches {name} through `scaled_scores` for {label}.").format(name=shown, label=case.label)  # fmt: skip
+                raise named(f"cut-{name}", summary, _CUT_HINTS)
             compare(
                 got_grads[k].reshape(right[k].shape),
                 right[k],
-                what=f"The gradient that reaches {name}",
+                what=_("The gradient that reaches {name}").format(name=shown),
                 label=f"{case.label} (gradient of sum(weights * scaled_scores(x, t)))",
                 mistakes={m: g[k] for m, g in wrong.items()},
             )
-    passed("scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs")
+    passed(_("scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs"))
 
 
 # --- Exercise 3: run the reverse sweep yourself ---------------------------------------------
@@ -234,7 +235,7 @@ def _sweep_graphs() -> list[tuple[str, object]]:
 
     def deep():
         x = h = _leaf((2,), 9)
-        for _ in range(3000):
+        for _step in range(3000):
             h = h * 1.0001
         return h.sum(), {"x": x}
 
@@ -270,12 +271,12 @@ def _ready_order(output: torch.Tensor, order: str) -> list:
             if node not in done:
                 done.add(node)
                 ran.append(node)
-                stack.extend(child for child, _ in node.next_functions if child is not None)
+                stack.extend(child for child, _nr in node.next_functions if child is not None)
         return ran
     pending: dict = {}
     seen, stack = {output.grad_fn}, [output.grad_fn]
     while stack:
-        for child, _ in stack.pop().next_functions:
+        for child, _nr in stack.pop().next_functions:
             if child is not None:
                 pending[child] = pending.get(child, 0) + 1
                 if child not in seen:
@@ -285,7 +286,7 @@ def _ready_order(output: torch.Tensor, order: str) -> list:
     while ready:
         node = ready.pop(0)
         ran.append(node)
-        for child, _ in node.next_functions:
+        for child, _nr in node.next_functions:
             if child is None:
                 continue
             pending[child] -= 1
@@ -317,17 +318,17 @@ def _sweep(output: torch.Tensor, *, order="topological", sum_=True, accumulate=T
 
 
 _SWEEP_HINTS = {  # mistake id: hint, for what a sweep leaves behind (None: no known slip matched)
-    "order": "a node ran before all of its gradient had arrived: a node must wait until every node that feeds it (every consumer of its forward output) has run. Count each node's consumers first and run it when the count reaches zero (a topological order); a plain DFS or BFS over next_functions is not enough.",
-    "not-summed": "a node that receives gradients along several edges kept only one of them: sum every gradient that arrives for the same (node, input_nr) before calling the node.",
-    "overwrote-grad": "a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds (here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the AccumulateGrad node itself, which does that.",
-    "changed-leaf": "backward() only writes .grad; the leaves themselves (parameters, inputs) stay as they are.",
-    "node-ran-twice": "do not call a node once per edge that reaches it; collect (sum) all its gradients first, then call it once.",
-    "grad-has-graph": "calling a node with grad mode on records the backward computation, as backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad().",
-    "expanded-grad": "backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or store a clone.",
-    "shared-grad": "an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone.",
-    "grad-missing": "every leaf that requires grad is reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient into `.grad` (or call the AccumulateGrad node).",
-    None: "check that a node runs only after every node that feeds it has run, and that gradients arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward().",
-}
+    "order": N_("a node ran before all of its gradient had arrived: a node must wait until every node that feeds it (every consumer of its forward output) has run. Count each node's consumers first and run it when the count reaches zero (a topological order); a plain DFS or BFS over next_functions is not enough."),
+    "not-summed": N_("a node that receives gradients along several edges kept only one of them: sum every gradient that arrives for the same (node, input_nr) before calling the node."),
+    "overwrote-grad": N_("a leaf's new gradient replaced its .grad: backward() adds to whatever .grad already holds (here 0.5 from an earlier step). Accumulate: leaf.grad = leaf.grad + g when it is not None, or call the AccumulateGrad node itself, which does that."),
+    "changed-leaf": N_("backward() only writes .grad; the leaves themselves (parameters, inputs) stay as they are."),
+    "node-ran-twice": N_("do not call a node once per edge that reaches it; collect (sum) all its gradients first, then call it once."),
+    "grad-has-graph": N_("calling a node with grad mode on records the backward computation, as backward(create_graph=True) would. backward() does not: run the sweep under torch.no_grad()."),
+    "expanded-grad": N_("backward() gives each leaf a proper tensor of its own: call the AccumulateGrad node, or store a clone."),
+    "shared-grad": N_("an in-place change to one .grad would change the other; call the AccumulateGrad node, or store a clone."),
+    "grad-missing": N_("every leaf that requires grad is reached through an AccumulateGrad node: its `.variable` is the leaf; add the arriving gradient into `.grad` (or call the AccumulateGrad node)."),
+    None: N_("check that a node runs only after every node that feeds it has run, and that gradients arriving for the same (node, input_nr) are summed. Print each node and what arrives, next to backward()."),
+}  # fmt: skip
 # The slips a wrong .grad is compared with, as options of _sweep: (mistake id, options).
 SWEEP_MISTAKES = (
     ("order", {"order": "bfs"}),
@@ -337,17 +338,17 @@ SWEEP_MISTAKES = (
 )
 
 _SWEEP_ERROR_HINTS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS, tried in this order
-    "none_value": "next_functions holds (None, 0) for an input that needs no gradient (like `data`), and a node returns None for it: skip those entries.",
-    "recursion": "a recursive walk fails on deep graphs (real models have thousands of nodes): use a loop with an explicit stack or queue.",
-    "node_arity": "a node takes one gradient per output of its forward op, in output order (`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge comes from). Pass None for an output that received no gradient.",
-    "grad_shape": "a node can return a gradient in the broadcast shape of its forward input (nn.Linear's bias is added to every row). The engine sums it down to the shape the next node expects, `child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`.",
-    "not_iterable": "a node with one input returns a single tensor, one with several returns a tuple (AccumulateGrad returns ()): normalise before zipping with next_functions.",
-}
+    "none_value": N_("next_functions holds (None, 0) for an input that needs no gradient (like `data`), and a node returns None for it: skip those entries."),
+    "recursion": N_("a recursive walk fails on deep graphs (real models have thousands of nodes): use a loop with an explicit stack or queue."),
+    "node_arity": N_("a node takes one gradient per output of its forward op, in output order (`len(node._input_metadata)` of them; `input_nr` in next_functions says which output an edge comes from). Pass None for an output that received no gradient."),
+    "grad_shape": N_("a node can return a gradient in the broadcast shape of its forward input (nn.Linear's bias is added to every row). The engine sums it down to the shape the next node expects, `child._input_metadata[input_nr].shape`: do the same with `g.sum_to_size(shape)`."),
+    "not_iterable": N_("a node with one input returns a single tensor, one with several returns a tuple (AccumulateGrad returns ()): normalise before zipping with next_functions."),
+}  # fmt: skip
 _ENGINE_OFF = OffLimits(
     autograd=True,
     course=_OWN_ANSWERS,
-    why="this exercise rebuilds what backward() does, so the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order.",
-)
+    why=N_("this exercise rebuilds what backward() does, so the engine is switched off here: call each node yourself, `node(*grads)`, in a valid order."),
+)  # fmt: skip
 
 
 def _grads_after(build, sweep) -> dict:
@@ -384,17 +385,16 @@ def check_reverse_sweep(reverse_sweep) -> None:
         values = {name: leaf.detach().clone() for name, leaf in leaves.items()}
         learner.on(label)(output)
         _check_sweep(label, build, leaves, values, runs.most, reference)
-    passed(f"reverse_sweep matches backward() on {len(graphs)} graphs: each node ran once, every leaf's .grad is right")
+    passed(_("reverse_sweep matches backward() on {n} graphs: each node ran once, every leaf's .grad is right").format(n=len(graphs)))  # fmt: skip
 
 
 def _check_sweep(label, build, leaves, values, most_runs, reference) -> None:
     """What a sweep must leave behind: the leaves unchanged, each node run once, the right ``.grad``, no graph, no sharing."""
     if any(not torch.equal(leaf.detach(), values[name]) for name, leaf in leaves.items()):
-        raise named(
-            "changed-leaf", f"Your sweep changed the values of a leaf on {label}.", _SWEEP_HINTS, "changed-input"
-        )
+        summary = _("Your sweep changed the values of a leaf on {label}.").format(label=label)
+        raise named("changed-leaf", summary, _SWEEP_HINTS, "changed-input")
     if most_runs > 1:
-        summary = f"A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} times; backward() runs every node exactly once)."
+        summary = _("A node ran {most_runs} times in your sweep on {label} (a tensor it saved was read {most_runs} times; backward() runs every node exactly once).").format(most_runs=most_runs, label=label)  # fmt: skip
         raise named("node-ran-twice", summary, _SWEEP_HINTS)
     wrong = _same_grads(leaves, reference)
     if wrong:
@@ -403,27 +403,27 @@ def _check_sweep(label, build, leaves, values, most_runs, reference) -> None:
     for name, g in ((name, leaf.grad) for name, leaf in leaves.items() if leaf.grad is not None):
         ptr = g.untyped_storage().data_ptr()
         if g.requires_grad:
-            summary = f"{name}.grad carries a graph of its own (grad_fn={g.grad_fn and g.grad_fn.name()}) after your sweep on {label}."
+            summary = _("{name}.grad carries a graph of its own (grad_fn={node}) after your sweep on {label}.").format(name=name, node=g.grad_fn and g.grad_fn.name(), label=label)  # fmt: skip
             raise named("grad-has-graph", summary, _SWEEP_HINTS)
         if any(stride == 0 and size > 1 for stride, size in zip(g.stride(), g.shape)):
-            summary = f"{name}.grad after your sweep on {label} is an expanded view (strides {g.stride()}): many elements share one memory location, so in-place updates such as clip_grad_norm_ fail on it."
+            summary = _("{name}.grad after your sweep on {label} is an expanded view (strides {stride}): many elements share one memory location, so in-place updates such as clip_grad_norm_ fail on it.").format(name=name, label=label, stride=g.stride())  # fmt: skip
             raise named("expanded-grad", summary, _SWEEP_HINTS)
         if ptr in owners:
-            summary = f"{owners[ptr]}.grad and {name}.grad are the same memory after your sweep on {label}: a node (AddBackward0 here) can return one tensor for several inputs, and you stored it twice."
+            summary = _("{owners}.grad and {name}.grad are the same memory after your sweep on {label}: a node (AddBackward0 here) can return one tensor for several inputs, and you stored it twice.").format(owners=owners[ptr], name=name, label=label)  # fmt: skip
             raise named("shared-grad", summary, _SWEEP_HINTS)
         owners[ptr] = name
 
 
 def _wrong_grads(label, build, leaves, reference, name) -> ExerciseError:
     got, right = leaves[name].grad, reference[name]
-    head = f"After your sweep on {label}, {name}.grad is wrong"
+    head = _("After your sweep on {label}, {name}.grad is wrong").format(label=label, name=name)
     if right is None:
-        summary = f"{head}: backward() leaves it None (it needs no gradient), you set it."
+        summary = _("{head}: backward() leaves it None (it needs no gradient), you set it.").format(head=head)
         return ExerciseError("value", summary, mistake="grad-set")
     if got is None:
-        return named("grad-missing", f"{head}: it is None, but backward() gives it a gradient.", _SWEEP_HINTS, "value")
+        return named("grad-missing", _("{head}: it is None, but backward() gives it a gradient.").format(head=head), _SWEEP_HINTS, "value")  # fmt: skip
     measured = {"max_abs_error": float((got.double() - right.double()).abs().max())}
-    head += f" (max |error| {measured['max_abs_error']:.3g})."
+    head += _(" (max |error| {error:.3g}).").format(error=measured["max_abs_error"])
     rerun = lambda options: _grads_after(build, lambda out: _sweep(out, **options))
     mistake = next((m for m, options in SWEEP_MISTAKES if not _same_grads(leaves, rerun(options))), None)
     return ExerciseError("value", head, hint=_SWEEP_HINTS[mistake], mistake=mistake, measured=measured)
