@@ -322,3 +322,9 @@ def test_off_limits_errors_do_not_get_the_shape_hint():
 def test_aten_kernels_are_restored_after_the_check():
     rejected(check_layernorm_backward, ln_aten, ("off-limits", None))
     assert type(torch.ops.aten.native_layer_norm_backward).__name__ == "OpOverloadPacket"
+
+
+def test_a_wrong_cross_entropy_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = rejected(check_softmax_cross_entropy, ce_global_max, ("not-finite", "global-max"))
+    assert "你的结果含有 inf 或 NaN" in str(error) and "提示：当各行的取值范围相差很大时" in str(error)

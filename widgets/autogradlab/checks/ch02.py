@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from autogradlab.checks.core import Case, Mistake, OffLimits, check_function, mistakes, routines, seeded
+from autogradlab.i18n import N_, _
 
 # aten's own backward kernels compute these exercises' answers in one call.
 _ATEN_BACKWARDS = routines(torch.ops.aten, "torch.ops.aten", "_softmax_backward_data", "_log_softmax_backward_data")
@@ -29,7 +30,7 @@ def _by_hand(why: str, refused=()) -> OffLimits:
 # --------------------------------------------------------------------------- softmax cross-entropy
 
 _SOFTMAX_OFF = _by_hand(
-    "build the softmax and its log from exp, log, max and sum yourself.",
+    N_("build the softmax and its log from exp, log, max and sum yourself."),
     (
         *routines(torch, "torch", "softmax", "log_softmax", "logsumexp"),
         *routines(torch.special, "torch.special", "softmax", "log_softmax", "logsumexp"),
@@ -84,18 +85,18 @@ def _softmax_ce(z, y, *, shift="row", mean=True, log_of_softmax=False, onehot=Tr
     return -log_p[rows, y].sum() / scale / (len(y) if pick == "block" else 1), (p - target) / scale
 
 
-_OVERFLOW = "an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, and never take the log of a softmax that can underflow."
+_OVERFLOW = N_("an exp overflowed or a log met 0: keep every exp argument ≤ 0 by subtracting each row's max, and never take the log of a softmax that can underflow.")  # fmt: skip
 
 _CROSS_ENTROPY_HINTS = {
-    "no-mean": "F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0]).",
-    "no-onehot": "the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient.",
-    "softmax-dim": "softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1.",
-    "mean-over-BC": "the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel().",
-    "column-block": "`z[:, y]` picks a (B, B) block, column y[m] of every row; the target logit of row n is `z[torch.arange(B), y]` (or `z.gather(1, y[:, None])`).",
-    "exp-overflow": "exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y.",
-    "global-max": "shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True).",
-    "log-of-softmax": "log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max).",
-}
+    "no-mean": N_("F.cross_entropy averages over the batch: both the loss and every row of dz carry a factor 1/B (B = z.shape[0])."),
+    "no-onehot": N_("the one-hot term is missing: the logit of the target class also appears in −z_y, which adds −1 to its gradient."),
+    "softmax-dim": N_("softmax over the wrong dim: the classes are dim 1, so each row of probabilities sums to 1."),
+    "mean-over-BC": N_("the mean is over the B examples, not over all B·C logits: divide by z.shape[0], not z.numel()."),
+    "column-block": N_("`z[:, y]` picks a (B, B) block, column y[m] of every row; the target logit of row n is `z[torch.arange(B), y]` (or `z.gather(1, y[:, None])`)."),
+    "exp-overflow": N_("exp overflowed (exp(1000) is inf) or underflowed to 0: softmax(z) = softmax(z − c) for any c per row, so subtract each row's max before exp, and compute the loss as max + log Σ exp(z − max) − z_y."),
+    "global-max": N_("shifting by the global max is not enough when rows have very different ranges: a row near −1000 next to a row near +1000 underflows to exp(−2000) = 0 everywhere. Subtract each ROW's max (keepdim=True)."),
+    "log-of-softmax": N_("log(softmax(z)) is −inf where the softmax underflowed to 0 (a target far below its row's max). Take the log analytically: log softmax(z)_y = z_y − max − log Σ exp(z − max)."),
+}  # fmt: skip
 _CROSS_ENTROPY_SLIPS = {
     "no-mean": lambda z, y: _softmax_ce(z, y, mean=False),
     "no-onehot": lambda z, y: _softmax_ce(z, y, onehot=False),
@@ -109,7 +110,7 @@ _CROSS_ENTROPY_SLIPS = {
 CROSS_ENTROPY_MISTAKES = mistakes(_CROSS_ENTROPY_HINTS, _CROSS_ENTROPY_SLIPS)
 
 
-_KEEPDIM = "keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows."
+_KEEPDIM = N_("keep the reduced dim: z.amax(1, keepdim=True) is (B, 1) and broadcasts against z (B, C); without keepdim it is (B,), which lines up with the classes, not the rows.")  # fmt: skip
 
 
 def check_softmax_cross_entropy(softmax_cross_entropy) -> None:
@@ -191,19 +192,19 @@ def _layernorm_manual(x, gamma, beta, G, eps, slip=""):
 
 
 _LAYERNORM_HINTS = {
-    "no-variance-path": "dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ and add the gradient that flows back along that path.",
-    "no-mean-path": "dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the gradient that flows back through μ.",
-    "constant-stats": "dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them.",
-    "no-gamma": "dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G.",
-    "variance-sign": "the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂).",
-    "unbiased-var": "torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1).",
-    "no-eps": "eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var.",
-    "fixed-eps": "the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant.",
-    "eps-outside": "eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps.",
-    "dgamma-no-xhat": "dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone).",
-    "dgamma-dim-0": "dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them.",
-    "dbeta-mean": "dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims.",
-}
+    "no-variance-path": N_("dx misses the path through the variance: σ depends on every x of the row too. Follow x → var → σ → x̂ and add the gradient that flows back along that path."),
+    "no-mean-path": N_("dx misses the path through the mean: μ depends on every x of the row (and var depends on μ). Add the gradient that flows back through μ."),
+    "constant-stats": N_("dx treats μ and σ as constants (dx = ĝ/σ): both depend on x, so two more terms flow back through them."),
+    "no-gamma": N_("dx forgot γ: the gradient reaching x̂ is ĝ = G ⊙ γ, not G."),
+    "variance-sign": N_("the variance term has the wrong sign: it is −x̂ · mean(ĝ ⊙ x̂)."),
+    "unbiased-var": N_("torch.var divides by D − 1 by default (the unbiased estimate); layer_norm divides by D. Use x.var(-1, keepdim=True, correction=0) or ((x − μ)²).mean(-1)."),
+    "no-eps": N_("eps is missing: σ = sqrt(var + eps). In rows with a tiny spread eps dominates var."),
+    "fixed-eps": N_("the checker passes its own eps (this case uses a different one): use the `eps` argument, not a constant."),
+    "eps-outside": N_("eps belongs inside the square root: σ = sqrt(var + eps), not sqrt(var) + eps."),
+    "dgamma-no-xhat": N_("dgamma forgot x̂: y = γ ⊙ x̂ + β, so dγ sums G ⊙ x̂ (dβ is the one that sums G alone)."),
+    "dgamma-dim-0": N_("dgamma summed over dim 0 only: γ is broadcast along every leading dim, so sum over all of them."),
+    "dbeta-mean": N_("dbeta is a mean: β is added at every position, so its gradient is the SUM of G over the leading dims."),
+}  # fmt: skip
 LAYERNORM_MISTAKES = mistakes(
     _LAYERNORM_HINTS, {slip: lambda *args, slip=slip: _layernorm_manual(*args, slip) for slip in _LAYERNORM_HINTS}
 )
@@ -223,8 +224,6 @@ def check_layernorm_backward(layernorm_backward) -> None:
         name="layernorm_backward",
         outputs=("dx", "dgamma", "dbeta"),
         mistakes=LAYERNORM_MISTAKES,
-        error_hints="reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the row); dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last.",
-        off_limits=_by_hand(
-            "derive the gradient with tensor operations: autograd and aten's backward kernels do it for you."
-        ),
-    )
+        error_hints=_("reason with shapes: μ, var and σ are (..., 1) (keepdim=True, so they broadcast back over the row); dx has x's shape; dgamma and dbeta have shape (D,): sum over every dim but the last."),
+        off_limits=_by_hand(N_("derive the gradient with tensor operations: autograd and aten's backward kernels do it for you.")),
+    )  # fmt: skip
