@@ -437,3 +437,9 @@ def test_cases_are_not_trivial():
     shapes = [(tuple(c.args[0].shape), c.args[1]) for c in _sum_to_shape_cases()]
     assert ((2, 3, 4), ()) in shapes and ((4, 3), (4, 3)) in shapes and ((3, 1, 4), (1, 1, 4)) in shapes
     assert any(not c.args[0].is_contiguous() for c in _sum_to_shape_cases())
+
+
+def test_a_wrong_vjp_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = rejected(check_softmax_vjp, *WRONG_SOFTMAX["diagonal only"])
+    assert "实测：最大 |误差|" in str(error) and "提示：这只是 Jacobian 的对角部分" in str(error)

@@ -38,6 +38,7 @@ from autogradlab.checks.core import (
     routines,
     seeded,
 )
+from autogradlab.i18n import N_, _
 from autogradlab.torch_internals import TorchDispatchMode, tree_leaves
 from autogradlab.units import format_bytes
 
@@ -91,7 +92,7 @@ def _watched(footprint: _Footprint, call: Callable, *args) -> Any:
 # An answer needs tensors the size of its inputs and output, a few at a time (an upcast
 # doubles them); a Jacobian of the large case below is n times bigger, n ≥ 128.
 _SIZE_SLACK = 16
-_BY_HAND = "this exercise asks for the VJP rule by hand, from tensor operations; autograd is only the reference."
+_BY_HAND = N_("this exercise asks for the VJP rule by hand, from tensor operations; autograd is only the reference.")
 
 
 def _check_vjp(fn, reference, cases, large: Case, *, name, what_not, mistakes, error_hints, no_j, refused=()) -> None:
@@ -101,9 +102,9 @@ def _check_vjp(fn, reference, cases, large: Case, *, name, what_not, mistakes, e
     footprint = _Footprint(max_bytes=_SIZE_SLACK * needed)
     _watched(footprint, LearnerCall(fn, name, off_limits, error_hints).on(large.label), *clones(large.args))
     if footprint.exceeded:
-        summary = f"`{name}` built {what_not} for {large.label}: it created a tensor of {format_bytes(footprint.largest)}, while its inputs and output take at most {format_bytes(needed)} each."
+        summary = _("`{name}` built {what_not} for {label}: it created a tensor of {largest}, while its inputs and output take at most {needed} each.").format(name=name, what_not=what_not, label=large.label, largest=format_bytes(footprint.largest), needed=format_bytes(needed))  # fmt: skip
         measured = {"largest_bytes": footprint.largest, "needed_bytes": needed}
-        hint = f"a VJP rule never needs J: {no_j}"
+        hint = _("a VJP rule never needs J: {no_j}").format(no_j=no_j)
         raise ExerciseError("contract", summary, hint=hint, mistake="built-jacobian", measured=measured)
     check_function(
         fn, reference, [*cases, large], name=name, mistakes=mistakes, error_hints=error_hints, off_limits=off_limits
@@ -159,14 +160,14 @@ def _softmax_large() -> Case:
 
 
 _SOFTMAX_HINTS = {
-    "diagonal-only": "that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: subtract y times (v · y summed over dim).",
-    "sum-over-all": "the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor.",
-    "last-dim": "you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).",
-    "dim-0": "you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True).",
-    "unweighted-sum": "the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim).",
-    "second-term-without-y": "the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone.",
-    "first-term-without-y": "the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v.",
-}
+    "diagonal-only": N_("that is only the diagonal of the Jacobian, y ⊙ v. The Jacobian of softmax is diag(y) − y yᵀ: subtract y times (v · y summed over dim)."),
+    "sum-over-all": N_("the sum (v ⊙ y).sum(...) runs over the softmax dim only, one number per slice, not over the whole tensor."),
+    "last-dim": N_("you summed over the last dim; the softmax was taken over `dim`, so sum over `dim` (keepdim=True)."),
+    "dim-0": N_("you summed over dim 0; the softmax was taken over `dim`, so sum over `dim` (keepdim=True)."),
+    "unweighted-sum": N_("the sum needs the weights y: subtract (v ⊙ y).sum(dim), not v.sum(dim)."),
+    "second-term-without-y": N_("the second term is missing its factor y: vᵀ(y yᵀ) = (v · y) yᵀ, so it is y times the sum, not the sum alone."),
+    "first-term-without-y": N_("the first term needs its factor y too: vᵀ diag(y) = y ⊙ v, not v."),
+}  # fmt: skip
 _SOFTMAX_SLIPS = {
     "diagonal-only": lambda y, v, dim: y * v,
     "sum-over-all": lambda y, v, dim: y * (v - (v * y).sum()),
@@ -191,11 +192,11 @@ def check_softmax_vjp(softmax_vjp) -> None:
         _softmax_cases(),
         _softmax_large(),
         name="softmax_vjp",
-        what_not="the Jacobian of each slice",
+        what_not=_("the Jacobian of each slice"),
         mistakes=SOFTMAX_MISTAKES,
-        error_hints="work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts back against y; .view() fails on a non-contiguous y, reductions over `dim` do not.",
-        no_j="expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice.",
-    )
+        error_hints=_("work along `dim` with sums that keep it (keepdim=True), so the per-slice number broadcasts back against y; .view() fails on a non-contiguous y, reductions over `dim` do not."),
+        no_j=_("expand vᵀ(diag(y) − y yᵀ) on paper; it is y ⊙ v minus y times one number per slice."),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- broadcasting add
@@ -259,14 +260,14 @@ def _stretched_summed(grad, shape):
 
 
 _SUM_TO_SHAPE_HINTS = {
-    "dim-0": "always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast (the leading dims b does not have, and its size-1 dims).",
-    "leading-only": "only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it with keepdim=True.",
-    "no-keepdim": "a size-1 dim of b was summed away: sum over it with keepdim=True, so the result keeps b's shape.",
-    "mean": "a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient.",
-    "from-the-left": "broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims of grad are on the left.",
-    "reshape-sum": "grad.reshape(-1, *shape).sum(0) regroups elements in memory order: it matches the broadcast only when b's dims are all full size. Sum over the dims where b has size 1 (keepdim=True) instead.",
-    "empty-dims": "grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, grad is already the answer.",
-}
+    "dim-0": N_("always summing over dim 0 is not enough: sum over exactly the dims along which b was broadcast (the leading dims b does not have, and its size-1 dims)."),
+    "leading-only": N_("only the missing leading dims were summed: a size-1 dim of b was stretched too, so also sum over it with keepdim=True."),
+    "no-keepdim": N_("a size-1 dim of b was summed away: sum over it with keepdim=True, so the result keeps b's shape."),
+    "mean": N_("a mean where a sum was meant: b was added at every broadcast position, so each position adds its gradient."),
+    "from-the-left": N_("broadcasting matches dims from the right: b's last dim lines up with grad's last dim, and the extra dims of grad are on the left."),
+    "reshape-sum": N_("grad.reshape(-1, *shape).sum(0) regroups elements in memory order: it matches the broadcast only when b's dims are all full size. Sum over the dims where b has size 1 (keepdim=True) instead."),
+    "empty-dims": N_("grad.sum(()) with an empty tuple of dims sums over every dim: when b was not broadcast at all, grad is already the answer."),
+}  # fmt: skip
 _SUM_TO_SHAPE_SLIPS = {
     "dim-0": lambda grad, shape: grad.sum(0),
     "leading-only": _sum_leading,
@@ -295,12 +296,12 @@ def check_sum_to_shape(sum_to_shape) -> None:
         _sum_to_shape_cases(),
         _sum_to_shape_large(),
         name="sum_to_shape",
-        what_not="the Jacobian of the broadcast",
+        what_not=_("the Jacobian of the broadcast"),
         mistakes=SUM_TO_SHAPE_MISTAKES,
-        error_hints="compare shapes from the right: grad's extra leading dims are summed away, and dims where b has size 1 are summed with keepdim=True. Mind `grad.sum(dim=())`: an empty tuple of dims sums over EVERY dim (a 0-dim result), so skip the sum when there is nothing to reduce.",
-        no_j="each entry of b collects the upstream values of the positions it was copied to: a sum.",
+        error_hints=_("compare shapes from the right: grad's extra leading dims are summed away, and dims where b has size 1 are summed with keepdim=True. Mind `grad.sum(dim=())`: an empty tuple of dims sums over EVERY dim (a 0-dim result), so skip the sum when there is nothing to reduce."),
+        no_j=_("each entry of b collects the upstream values of the positions it was copied to: a sum."),
         refused=routines(torch.Tensor, "Tensor", "sum_to_size"),
-    )
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- Hessian-vector product
@@ -390,14 +391,12 @@ def _grads(f, params):
     return list(torch.autograd.grad(f(*ps), ps, materialize_grads=True))
 
 
-_ZERO_ONLY_IF = "a block of H v is zero only when its parameter p enters f through terms with constant coefficients, f = cᵀp + g(other parameters): then ∇ₚf = c depends on nothing"
-
 _HVP_HINTS = {
-    "gradient": "that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters a second time.",
-    "gradient-times-v": "∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate Σᵢ ∇ᵢf · vᵢ with respect to the parameters.",
-    "no-cross-terms": "the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own.",
-    "zero-block": f"this block is not zero. Linear in a parameter does not make its block zero: {_ZERO_ONLY_IF}. For Σ p ⊙ q, ∇ₚf = q, so the p-block is v_q.",
-}
+    "gradient": N_("that is the gradient ∇f, not H v: differentiate the scalar Σᵢ ∇ᵢf · vᵢ with respect to the parameters a second time."),
+    "gradient-times-v": N_("∇f ⊙ v multiplies the gradient by v element-wise; H v needs a second derivative: differentiate Σᵢ ∇ᵢf · vᵢ with respect to the parameters."),
+    "no-cross-terms": N_("the cross terms are missing: H couples the parameters (∂²f/∂pᵢ∂pⱼ), so differentiate ONE scalar, Σᵢ ∇ᵢf · vᵢ over all parameters, with respect to all of them, not each block on its own."),
+    "zero-block": N_("this block is not zero. Linear in a parameter does not make its block zero: a block of H v is zero only when its parameter p enters f through terms with constant coefficients, f = cᵀp + g(other parameters): then ∇ₚf = c depends on nothing. For Σ p ⊙ q, ∇ₚf = q, so the p-block is v_q."),
+}  # fmt: skip
 _HVP_SLIPS = {
     "gradient": lambda f, params, vs: _grads(f, params),
     "gradient-times-v": lambda f, params, vs: [g * v for g, v in zip(_grads(f, params), vs)],
@@ -408,14 +407,14 @@ HVP_MISTAKES = mistakes(_HVP_HINTS, _HVP_SLIPS)
 
 _HVP_SHORTCUTS = OffLimits(
     routines=tuple(r for r in autograd_routines() if r.attr not in ("backward", "grad")),
-    why="this exercise asks for two reverse passes of torch.autograd.grad (or backward): torch.func and torch.autograd.functional do it for you.",
-)
+    why=N_("this exercise asks for two reverse passes of torch.autograd.grad (or backward): torch.func and torch.autograd.functional do it for you."),
+)  # fmt: skip
 
 _HVP_ERRORS = {  # kinds of autogradlab.tracebacks.ERROR_KINDS
-    "no_graph": "the first torch.autograd.grad needs create_graph=True: without it the gradients are plain tensors with no graph, and they cannot be differentiated again.",
-    "unused": f"the second pass finds no path to a parameter when {_ZERO_ONLY_IF}. That zero is real: pass materialize_grads=True (or allow_unused=True and put zeros where you get None).",
-    "freed": "run the second pass once, on one scalar and all parameters together, or keep the graph with retain_graph=True between passes.",
-}
+    "no_graph": N_("the first torch.autograd.grad needs create_graph=True: without it the gradients are plain tensors with no graph, and they cannot be differentiated again."),
+    "unused": N_("the second pass finds no path to a parameter when a block of H v is zero only when its parameter p enters f through terms with constant coefficients, f = cᵀp + g(other parameters): then ∇ₚf = c depends on nothing. That zero is real: pass materialize_grads=True (or allow_unused=True and put zeros where you get None)."),
+    "freed": N_("run the second pass once, on one scalar and all parameters together, or keep the graph with retain_graph=True between passes."),
+}  # fmt: skip
 
 
 def check_hvp(hvp) -> None:
@@ -445,47 +444,45 @@ def check_hvp(hvp) -> None:
         learner_params, learner_vs = [p.clone() for p in params], [v.clone() for v in vs]
         got = _watched(footprint, learner.on(case.label), f, learner_params, learner_vs)
         if footprint.exceeded:
-            what = f"created a tensor of {format_bytes(footprint.largest)}"
-            what = what if footprint.exceeded == "bytes" else f"ran more than {footprint.ops:,} tensor ops"
-            summary = f"`hvp` {what} for {case.label}; two reverse passes take {yardstick.ops:,} ops and at most {format_bytes(yardstick.largest)} per tensor."
-            hint = "H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more."
+            what = _("created a tensor of {largest}").format(largest=format_bytes(footprint.largest))
+            what = what if footprint.exceeded == "bytes" else _("ran more than {ops:,} tensor ops").format(ops=footprint.ops)  # fmt: skip
+            summary = _("`hvp` {what} for {label}; two reverse passes take {ops:,} ops and at most {largest} per tensor.").format(what=what, label=case.label, ops=yardstick.ops, largest=format_bytes(yardstick.largest))  # fmt: skip
+            hint = _("H v never needs H (n × n) or one backward pass per row of H: differentiate the single scalar Σᵢ ∇ᵢf · vᵢ (built with create_graph=True) once more.")  # fmt: skip
             raise ExerciseError("contract", summary, hint=hint, mistake="built-hessian")
         _check_hvp_inputs(params, vs, learner_params, learner_vs, case.label)
         _compare_blocks(got, _hvp_reference(f, params, vs), f, params, vs, case.label)
-    passed(f"hvp matches the reference on {len(cases)} inputs")
+    passed(_("hvp matches the reference on {n} inputs").format(n=len(cases)))
 
 
 def _check_hvp_inputs(params, vs, learner_params, learner_vs, label) -> None:
     if any(p.requires_grad for p in learner_params):
-        hint = "that changes the caller's parameters; work on copies: p.detach().requires_grad_(True)."
-        summary = f"`hvp` switched on requires_grad of the tensors it was given, for {label}."
+        hint = _("that changes the caller's parameters; work on copies: p.detach().requires_grad_(True).")
+        summary = _("`hvp` switched on requires_grad of the tensors it was given, for {label}.").format(label=label)
         raise ExerciseError("changed-input", summary, hint=hint, mistake="requires-grad-switched-on")
     if not all(torch.equal(a, b.detach()) for a, b in zip([*params, *vs], [*learner_params, *learner_vs])):
-        hint = "an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor."
-        raise ExerciseError("changed-input", f"`hvp` changed its input in place for {label}.", hint=hint)
+        hint = _("an in-place op (`p -= ...`, `v.mul_(...)`) modifies the caller's tensor.")
+        raise ExerciseError("changed-input", _("`hvp` changed its input in place for {label}.").format(label=label), hint=hint)  # fmt: skip
 
 
 def _compare_blocks(got, expected, f, params, vs, label) -> None:
     if isinstance(got, torch.Tensor) and len(params) > 1:
-        hint = "return a list with one block of H v per parameter, each shaped like its parameter."
-        summary = f"`hvp` returned one tensor for {label}, which has {len(params)} parameters."
+        hint = _("return a list with one block of H v per parameter, each shaped like its parameter.")
+        summary = _("`hvp` returned one tensor for {label}, which has {n} parameters.").format(label=label, n=len(params))  # fmt: skip
         raise ExerciseError("type", summary, hint=hint)
     got = [got] if isinstance(got, torch.Tensor) else got
     if not isinstance(got, (list, tuple)) or len(got) != len(params):
         length = f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
-        summary = f"`hvp` should return a list of {len(params)} tensor(s) for {label}, one per parameter; it returned {type(got).__name__}{length}."
-        hint = "torch.autograd.grad returns a tuple with one gradient per input: that is the right shape."
+        summary = _("`hvp` should return a list of {n} tensor(s) for {label}, one per parameter; it returned {type}{length}.").format(n=len(params), label=label, type=type(got).__name__, length=length)  # fmt: skip
+        hint = _("torch.autograd.grad returns a tuple with one gradient per input: that is the right shape.")
         raise ExerciseError("type", summary, hint=hint)
     wrong = {m: m.compute(f, params, vs) for m in HVP_MISTAKES}
     for i, (block, reference) in enumerate(zip(got, expected)):
-        what = f"block {i} of `hvp` (the parameter of shape {tuple(params[i].shape)})"
+        what = _("block {i} of `hvp` (the parameter of shape {shape})").format(i=i, shape=tuple(params[i].shape))
         if block is None:
-            hint = f"allow_unused=True gives None where the second pass finds no path, here because {_ZERO_ONLY_IF}: that block of H v is truly zero, so return zeros (materialize_grads=True does that)."
-            raise ExerciseError("type", f"`hvp` returned None for {what} for {label}.", hint=hint, mistake="none-block")
+            hint = _("allow_unused=True gives None where the second pass finds no path, here because a block of H v is zero only when its parameter p enters f through terms with constant coefficients, f = cᵀp + g(other parameters): then ∇ₚf = c depends on nothing: that block of H v is truly zero, so return zeros (materialize_grads=True does that).")  # fmt: skip
+            raise ExerciseError("type", _("`hvp` returned None for {what} for {label}.").format(what=what, label=label), hint=hint, mistake="none-block")  # fmt: skip
         if isinstance(block, torch.Tensor) and block.requires_grad:
-            summary = (
-                f"{what} carries a graph of its own (grad_fn={block.grad_fn and block.grad_fn.name()}) for {label}."
-            )
-            hint = "only the first pass needs create_graph=True (its gradient is differentiated again); the second pass returns the answer: without create_graph its blocks are plain tensors, and no graph of two backward passes stays alive in memory."
+            summary = _("{what} carries a graph of its own (grad_fn={node}) for {label}.").format(what=what, node=block.grad_fn and block.grad_fn.name(), label=label)  # fmt: skip
+            hint = _("only the first pass needs create_graph=True (its gradient is differentiated again); the second pass returns the answer: without create_graph its blocks are plain tensors, and no graph of two backward passes stays alive in memory.")  # fmt: skip
             raise ExerciseError("contract", summary, hint=hint, mistake="keeps-graph")
         compare(block, reference, what=what, label=label, mistakes={m: values[i] for m, values in wrong.items()})
