@@ -341,3 +341,11 @@ WRONG_EMA = {
 def test_wrong_ema_is_named(name):
     init, update, mistake = WRONG_EMA[name]
     rejected(lambda: check_ema(init, update), mistake)
+
+
+def test_a_wrong_chain_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    with pytest.raises(ExerciseError) as info:
+        check_inplace_chain(WRONG_CHAINS["add_ after exp"][0])
+    assert (info.value.kind, info.value.mistake) == ("contract", "add-overwrites-saved")
+    assert "经过 `chain_inplace` 的 backward 失败" in str(info.value) and "提示：前一步 `exp`" in str(info.value)

@@ -14,6 +14,7 @@ import torch
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, Routine, compare, mistakes, named, passed
 from autogradlab.graph.saved_bytes import SavedBytes, storage_key
+from autogradlab.i18n import N_, _
 from autogradlab.models.fixtures import make_mlp, mlp_loss
 from autogradlab.torch_internals import TorchDispatchMode, TorchFunctionMode, version
 from autogradlab.tracebacks import error_kind, is_kind
@@ -35,8 +36,8 @@ PREDICT_DO_NOT_MEASURE = OffLimits(
     no_graph=True,  # a model run inside the answer records no graph: there is nothing to measure
     routines=(Routine(torch.autograd.graph.saved_tensors_hooks, "__enter__", "`saved_tensors_hooks`"),),
     course=("autogradlab.graph", "autogradlab.models.fixtures"),
-    why="predict the list from what each op's derivative needs; running the model and measuring it is the checker's job, not the answer.",
-)
+    why=N_("predict the list from what each op's derivative needs; running the model and measuring it is the checker's job, not the answer."),
+)  # fmt: skip
 
 
 def _item(dtype: torch.dtype) -> int:
@@ -56,14 +57,14 @@ def _right(b, s, d, a):
 
 
 _STORAGE_HINTS = {
-    "gelu-like-relu": "GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the next Linear saves anyway, so there it is one.",
-    "relu-like-gelu": "ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's input: one storage per hidden layer, counted once (GELU is the one that needs its input too).",
-    "no-input": "the first Linear saves its input x (the weight gradient is xᵀ·g): the input batch is the first storage.",
-    "no-output": "the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last storage.",
-    "elements": "count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16).",
-    "always-4-bytes": "the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.",
-    "per-example": "activations are per example: multiply by the batch size.",
-}
+    "gelu-like-relu": N_("GELU's derivative needs its input (the Linear's output), and the next Linear needs GELU's output: for GELU every hidden layer saves two storages. ReLU and tanh rebuild their derivative from their output, which the next Linear saves anyway, so there it is one."),
+    "relu-like-gelu": N_("ReLU's mask and tanh's derivative 1 − tanh² come from the output, and the output is also the next Linear's input: one storage per hidden layer, counted once (GELU is the one that needs its input too)."),
+    "no-input": N_("the first Linear saves its input x (the weight gradient is xᵀ·g): the input batch is the first storage."),
+    "no-output": N_("the loss out.pow(2) saves its input `out` (the derivative of out² is 2·out): the final output is the last storage."),
+    "elements": N_("count bytes, not elements: multiply by the element size (4 for float32, 8 for float64, 2 for bfloat16)."),
+    "always-4-bytes": N_("the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2."),
+    "per-example": N_("activations are per example: multiply by the batch size."),
+}  # fmt: skip
 _STORAGE_SLIPS = {  # the list a learner with that misconception writes (None where it does not apply)
     "gelu-like-relu": lambda b, s, d, a: _relu_like(b, s, d) if a == "gelu" else None,
     "relu-like-gelu": lambda b, s, d, a: _gelu_like(b, s, d) if a != "gelu" else None,
@@ -90,12 +91,12 @@ _ACTIVATION_CASES = [
 def _byte_list(got, label: str) -> list[int]:
     got = got.tolist() if isinstance(got, torch.Tensor) else got
     if isinstance(got, (int, float)) and not isinstance(got, bool):
-        hint = "return a list with the bytes of each saved activation storage, in the order the forward pass creates them (the total alone can be right for the wrong reasons)."
-        summary = f"`saved_activation_bytes` returned one number ({got}) for {label}."
+        hint = _("return a list with the bytes of each saved activation storage, in the order the forward pass creates them (the total alone can be right for the wrong reasons).")  # fmt: skip
+        summary = _("`saved_activation_bytes` returned one number ({got}) for {label}.").format(got=got, label=label)
         raise ExerciseError("type", summary, hint=hint, mistake="total")
     whole = lambda n: isinstance(n, (int, float)) and not isinstance(n, bool) and float(n).is_integer()
     if not isinstance(got, (list, tuple)) or not all(whole(n) for n in got):
-        raise ExerciseError("type", f"`saved_activation_bytes` should return a list of whole byte counts, got {got!r}.")
+        raise ExerciseError("type", _("`saved_activation_bytes` should return a list of whole byte counts, got {got!r}.").format(got=got))  # fmt: skip
     return [int(n) for n in got]
 
 
@@ -119,16 +120,14 @@ def check_saved_activation_bytes(saved_activation_bytes) -> None:
         found = next((m for m in ACTIVATION_MISTAKES if m.compute(*case) == got), None)
         same_total = found is None and sum(got) == sum(truth)
         agree = " The totals agree, the storages do not." if same_total else ""
-        detail = f"You listed {got} (total {sum(got)} B); a saved_tensors_hooks measurement of this model finds {truth} (total {sum(truth)} B).{agree}"
-        hint = "go layer by layer: what does Linear's backward need, what does the activation's derivative need, what does pow need? Then count a tensor that two layers save once."
+        detail = _("You listed {got} (total {total} B); a saved_tensors_hooks measurement of this model finds {truth} (total {truth_total} B).{agree}").format(got=got, total=sum(got), truth=truth, truth_total=sum(truth), agree=agree)  # fmt: skip
+        hint = _("go layer by layer: what does Linear's backward need, what does the activation's derivative need, what does pow need? Then count a tensor that two layers save once.")  # fmt: skip
         mistake = found.id if found else ("same-total" if same_total else None)
-        summary, measured = f"`saved_activation_bytes` is wrong for {label}.", {"got": got, "expected": truth}
+        summary, measured = _("`saved_activation_bytes` is wrong for {label}.").format(label=label), {"got": got, "expected": truth}  # fmt: skip
         raise ExerciseError(
             "value", summary, detail=detail, hint=found.hint if found else hint, mistake=mistake, measured=measured
         )
-    passed(
-        f"saved_activation_bytes matches the measured saved storages of {len(_ACTIVATION_CASES)} MLPs (ReLU, tanh, GELU), storage by storage"
-    )
+    passed(_("saved_activation_bytes matches the measured saved storages of {n} MLPs (ReLU, tanh, GELU), storage by storage").format(n=len(_ACTIVATION_CASES)))  # fmt: skip
 
 
 # --- Exercise 2: in place wherever it saves memory ----------------------------------------------
@@ -192,9 +191,9 @@ class _Aliases(TorchFunctionMode):
 
 
 ALIAS_HINTS = {
-    "data": "`.data` has its own version counter: a change through it is invisible to autograd, so a saved tensor changes without an error and the gradient goes silently wrong (or a later in-place op on the tensor trips the check). The spec rules out `.data`: leave a step whose input was saved out of place.",
-    "detach": "`detach()` shares memory and the version counter with the tensor: an in-place change through it still makes a saved tensor stale, and it saves nothing. The spec rules out detach(): run each step on `h` itself, in place only where nothing saved the tensor it overwrites.",
-}
+    "data": N_("`.data` has its own version counter: a change through it is invisible to autograd, so a saved tensor changes without an error and the gradient goes silently wrong (or a later in-place op on the tensor trips the check). The spec rules out `.data`: leave a step whose input was saved out of place."),
+    "detach": N_("`detach()` shares memory and the version counter with the tensor: an in-place change through it still makes a saved tensor stale, and it saves nothing. The spec rules out detach(): run each step on `h` itself, in place only where nothing saved the tensor it overwrites."),
+}  # fmt: skip
 
 
 def _allocation_error(trace: _OpTrace, label: str, fewest: int) -> ExerciseError | None:
@@ -202,21 +201,17 @@ def _allocation_error(trace: _OpTrace, label: str, fewest: int) -> ExerciseError
     wasted = next((n for n in trace.in_place if n in allowed and not allowed[n]), None)
     missed = next((n for n, ok in allowed.items() if ok and n not in trace.in_place), None)
     if wasted and CHAIN[_STEPS.index(wasted)][2] == "input":
-        hint = f"`{wasted}` saves its input for backward, so autograd clones the input before `{wasted}_` overwrites it: still {len(trace.allocating)} allocations. The spec asks for out of place wherever in place saves nothing."
-        summary = f"`chain_inplace` runs `{wasted}_` in place for {label}, which saves no memory."
+        hint = _("`{wasted}` saves its input for backward, so autograd clones the input before `{wasted}_` overwrites it: still {n} allocations. The spec asks for out of place wherever in place saves nothing.").format(wasted=wasted, n=len(trace.allocating))  # fmt: skip
+        summary = _("`chain_inplace` runs `{wasted}_` in place for {label}, which saves no memory.").format(wasted=wasted, label=label)  # fmt: skip
         return ExerciseError("contract", summary, hint=hint, mistake="in-place-saves-nothing")
     if missed:
         saves = CHAIN[_STEPS.index(missed)][2]
-        hint = (
-            f"`{missed}` saves {'its output' if saves == 'output' else 'nothing'} for its backward, and the step before saved "
-            f"{'its input, not its output' if _SAVED_BEFORE[missed] == 'input' else 'nothing'}: nothing needs the tensor "
-            f"`{missed}_` would overwrite. In-place versions: mul_, exp_, add_, tanh_, div_, pow_, sub_."
-        )
-        summary = f"`chain_inplace` is right, but step `{CHAIN[_STEPS.index(missed)][1]}` could overwrite its input and does not ({len(trace.allocating)} new tensors where {fewest} are enough)."
+        hint = _("`{missed}` saves {saves} for its backward, and the step before saved {before}: nothing needs the tensor `{missed}_` would overwrite. In-place versions: mul_, exp_, add_, tanh_, div_, pow_, sub_.").format(missed=missed, saves=_("its output") if saves == "output" else _("nothing"), before=_("its input, not its output") if _SAVED_BEFORE[missed] == "input" else _("nothing"))  # fmt: skip
+        summary = _("`chain_inplace` is right, but step `{step}` could overwrite its input and does not ({n} new tensors where {fewest} are enough).").format(step=CHAIN[_STEPS.index(missed)][1], n=len(trace.allocating), fewest=fewest)  # fmt: skip
         return ExerciseError("contract", summary, hint=hint, mistake="missed-in-place")
     if len(trace.allocating) > fewest:
-        summary = f"`chain_inplace` allocates {len(trace.allocating)} new tensors for {label} ({', '.join(trace.allocating)}); {fewest} are enough."
-        hint = "no copies (clone, contiguous, x * 1) are needed beyond the steps that cannot run in place."
+        summary = _("`chain_inplace` allocates {n} new tensors for {label} ({allocating}); {fewest} are enough.").format(n=len(trace.allocating), label=label, allocating=', '.join(trace.allocating), fewest=fewest)  # fmt: skip
+        hint = _("no copies (clone, contiguous, x * 1) are needed beyond the steps that cannot run in place.")
         return ExerciseError("contract", summary, hint=hint, mistake="extra-copy")
     return None
 
@@ -225,11 +220,11 @@ def _backward_error(exc: RuntimeError, trace: _OpTrace, label: str) -> ExerciseE
     # a stale save: the first in-place step right after a step that saved its output overwrote that output
     culprit = next((n for n in trace.in_place if n in _STEPS and _SAVED_BEFORE[n] == "output"), None)
     if culprit and is_kind(exc, "stale"):
-        hint = f"the step before, `{_STEPS[_STEPS.index(culprit) - 1]}`, saved its output for backward, and `{culprit}_` overwrites exactly that tensor."
+        hint = _("the step before, `{before}`, saved its output for backward, and `{culprit}_` overwrites exactly that tensor.").format(before=_STEPS[_STEPS.index(culprit) - 1], culprit=culprit)  # fmt: skip
         mistake = f"{culprit}-overwrites-saved"
     else:
-        hint, mistake = "the result must stay in the graph: backward runs from it to h.", error_kind(exc)
-    summary = f"backward through `chain_inplace` fails for {label}: {str(exc).splitlines()[0][:160]}"
+        hint, mistake = _("the result must stay in the graph: backward runs from it to h."), error_kind(exc)
+    summary = _("backward through `chain_inplace` fails for {label}: {error}").format(label=label, error=str(exc).splitlines()[0][:160])  # fmt: skip
     return ExerciseError("contract", summary, hint=hint, mistake=mistake)
 
 
@@ -259,28 +254,26 @@ def check_inplace_chain(chain_inplace) -> None:
         with _OpTrace() as trace, _Aliases() as aliases:
             out = learner.on(label)(h)
         if version(h) != h_version or not torch.equal(h.detach(), h_before):
-            hint = "start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves its input, so autograd clones the input before overwriting it.)"
-            summary = f"`chain_inplace` changed its argument h in place for {label}."
+            hint = _("start with an out-of-place step. (An in-place sin_ would not save memory anyway: sin saves its input, so autograd clones the input before overwriting it.)")  # fmt: skip
+            summary = _("`chain_inplace` changed its argument h in place for {label}.").format(label=label)
             raise ExerciseError("changed-input", summary, hint=hint)
         compare(out, chain(x.detach()), what="`chain_inplace`", label=label)
         if aliases.used:
             used = aliases.used[0]
-            raise named(used, f"`chain_inplace` used `{used}` for {label}.", ALIAS_HINTS, "off-limits")
+            raise named(used, _("`chain_inplace` used `{used}` for {label}.").format(used=used, label=label), ALIAS_HINTS, "off-limits")  # fmt: skip
         try:
             (grad,) = torch.autograd.grad(out.sum(), x)
         except RuntimeError as exc:
             raise _backward_error(exc, trace, label) from None
         if not torch.allclose(grad, torch.autograd.grad(chain(x).sum(), x)[0]):
-            hint = "something changed a saved tensor where autograd could not see it: backward used the new values."
-            summary = f"`chain_inplace` gives a wrong gradient for {label}, with no error."
+            hint = _("something changed a saved tensor where autograd could not see it: backward used the new values.")
+            summary = _("`chain_inplace` gives a wrong gradient for {label}, with no error.").format(label=label)
             raise ExerciseError("value", summary, hint=hint, mistake="hidden-change")
         error = _allocation_error(trace, label, fewest)
         if error is not None:
             raise error
     in_place = [n for n, ok in inplace_saves_memory().items() if ok]
-    passed(
-        f"chain_inplace allocates {fewest} new tensors for {len(CHAIN)} steps ({', '.join(in_place)} run in place), the fewest backward allows"
-    )
+    passed(_("chain_inplace allocates {fewest} new tensors for {n} steps ({in_place} run in place), the fewest backward allows").format(fewest=fewest, n=len(CHAIN), in_place=", ".join(in_place)))  # fmt: skip
 
 
 # --- Exercise 3: an exponential moving average in one flat buffer ------------------------------
@@ -293,18 +286,18 @@ def _model(seed: int) -> torch.nn.Module:
 
 
 EMA_HINTS = {
-    "not-a-dict": "`{name: view for name, p in model.named_parameters()}`: the names are what evaluation code looks up.",
-    "values": "each entry starts at its parameter's value and has its shape: `.view(p.shape)` of a slice of the buffer.",
-    "in-graph": "the average is plain data: build it from `p.detach()` and update it under `torch.no_grad()` (`torch.cat` of parameters is a graph node).",
-    "shares-model": "`detach()` and views share memory with the parameter, so every optimizer step would change the average too; `torch.cat` (or a new `torch.empty` you copy into) allocates new memory.",
-    "separate-storages": "allocate one 1-D buffer for all parameters (`torch.cat` of the flattened copies), then hand out views of it: `flat.split(sizes)` and `.view(shape)` create no new memory.",
-    "moved-model": "write into the average's tensors, never into `p`.",
-    "replaced": "you put a new tensor into the dict; whoever holds the average (an evaluation model, a checkpoint) still has the old one, and the new one is no view of the buffer. Update in place: mul_, add_, lerp_.",
-    "decay-swapped": "decay weighs the old average: new = decay · ema + (1 − decay) · param.",
-    "updated-a-copy": "`torch.cat(...)` and `clone()` make a new tensor: an in-place op on it leaves the buffer behind the views alone. Update the views themselves (mul_, add_, lerp_).",
-    "formula": "new = decay · ema + (1 − decay) · param, for every parameter.",
-    "through-data": "a change through `.data` is invisible to autograd: a graph that used the average would silently see new values. Use `with torch.no_grad():` and in-place ops on the tensor itself.",
-}
+    "not-a-dict": N_("`{name: view for name, p in model.named_parameters()}`: the names are what evaluation code looks up."),
+    "values": N_("each entry starts at its parameter's value and has its shape: `.view(p.shape)` of a slice of the buffer."),
+    "in-graph": N_("the average is plain data: build it from `p.detach()` and update it under `torch.no_grad()` (`torch.cat` of parameters is a graph node)."),
+    "shares-model": N_("`detach()` and views share memory with the parameter, so every optimizer step would change the average too; `torch.cat` (or a new `torch.empty` you copy into) allocates new memory."),
+    "separate-storages": N_("allocate one 1-D buffer for all parameters (`torch.cat` of the flattened copies), then hand out views of it: `flat.split(sizes)` and `.view(shape)` create no new memory."),
+    "moved-model": N_("write into the average's tensors, never into `p`."),
+    "replaced": N_("you put a new tensor into the dict; whoever holds the average (an evaluation model, a checkpoint) still has the old one, and the new one is no view of the buffer. Update in place: mul_, add_, lerp_."),
+    "decay-swapped": N_("decay weighs the old average: new = decay · ema + (1 − decay) · param."),
+    "updated-a-copy": N_("`torch.cat(...)` and `clone()` make a new tensor: an in-place op on it leaves the buffer behind the views alone. Update the views themselves (mul_, add_, lerp_)."),
+    "formula": N_("new = decay · ema + (1 − decay) · param, for every parameter."),
+    "through-data": N_("a change through `.data` is invisible to autograd: a graph that used the average would silently see new values. Use `with torch.no_grad():` and in-place ops on the tensor itself."),
+}  # fmt: skip
 
 
 def _init_problem(ema, model) -> tuple[str, str] | None:
@@ -313,14 +306,14 @@ def _init_problem(ema, model) -> tuple[str, str] | None:
     for name, e in ema.items():
         p = params[name]
         if not isinstance(e, torch.Tensor) or e.shape != p.shape or not torch.equal(e.detach(), p.detach()):
-            return "values", f"`init_ema`'s {name} should start at the parameter's value, shape {tuple(p.shape)}."
+            return "values", _("`init_ema`'s {name} should start at the parameter's value, shape {shape}.").format(name=name, shape=tuple(p.shape))  # fmt: skip
         if e.requires_grad or e.grad_fn is not None:
-            return "in-graph", f"`init_ema`'s {name} is part of autograd (requires_grad={e.requires_grad})."
+            return "in-graph", _("`init_ema`'s {name} is part of autograd (requires_grad={requires_grad}).").format(name=name, requires_grad=e.requires_grad)  # fmt: skip
     storages = {storage_key(e) for e in ema.values()}
     if storages & {storage_key(p) for p in params.values()}:
-        return "shares-model", "`init_ema` returned tensors that share memory with the model."
+        return "shares-model", _("`init_ema` returned tensors that share memory with the model.")
     if len(storages) != 1:
-        return "separate-storages", f"`init_ema`'s tensors live in {len(storages)} separate storages, not one buffer."
+        return "separate-storages", _("`init_ema`'s tensors live in {n} separate storages, not one buffer.").format(n=len(storages))  # fmt: skip
     return None
 
 
@@ -330,17 +323,17 @@ def _update_problem(ema, held, before, params, decay, versions) -> tuple[str, st
         e = ema.get(name)
         expected = decay * before[name] + (1 - decay) * params[name]
         if e is not held[name]:
-            return "replaced", f"`ema_update_` replaced ema[{name!r}] instead of updating it."
+            return "replaced", _("`ema_update_` replaced ema[{name!r}] instead of updating it.").format(name=name)
         if e.requires_grad or e.grad_fn is not None:
-            return "in-graph", f"ema[{name!r}] became part of a graph after `ema_update_`."
+            return "in-graph", _("ema[{name!r}] became part of a graph after `ema_update_`.").format(name=name)
         if torch.allclose(e.detach(), (1 - decay) * before[name] + decay * params[name]) and decay != 0.5:
-            return "decay-swapped", f"`ema_update_` computed wrong values for {name}."
+            return "decay-swapped", _("`ema_update_` computed wrong values for {name}.").format(name=name)
         if not torch.allclose(e.detach(), expected):
             if torch.equal(e.detach(), before[name]):
-                return "updated-a-copy", f"`ema_update_` left wrong values in {name}: they did not change."
-            return "formula", f"`ema_update_` left wrong values in {name}."
+                return "updated-a-copy", _("`ema_update_` left wrong values in {name}: they did not change.").format(name=name)  # fmt: skip
+            return "formula", _("`ema_update_` left wrong values in {name}.").format(name=name)
         if version(e) == versions[name]:
-            return "through-data", f"ema[{name!r}] changed but its version counter did not move."
+            return "through-data", _("ema[{name!r}] changed but its version counter did not move.").format(name=name)
     return None
 
 
@@ -367,7 +360,7 @@ def check_ema(init_ema, ema_update_) -> None:
         ema = init.on(label)(model)
         names = [n for n, _ in model.named_parameters()]
         if not isinstance(ema, dict) or sorted(ema) != sorted(names):
-            summary = f"`init_ema` should return a dict keyed by parameter name ({names}), got {type(ema).__name__}."
+            summary = _("`init_ema` should return a dict keyed by parameter name ({names}), got {type}.").format(names=names, type=type(ema).__name__)  # fmt: skip
             raise named("not-a-dict", summary, EMA_HINTS, "type")
         problem = _init_problem(ema, model)
         if problem is None:
@@ -387,6 +380,4 @@ def check_ema(init_ema, ema_update_) -> None:
             mistake, summary = problem
             kind = "value" if mistake in ("values", "decay-swapped", "updated-a-copy", "formula") else "contract"
             raise named(mistake, f"{summary} ({label})", EMA_HINTS, kind)
-    passed(
-        "init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone"
-    )
+    passed(_("init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone"))  # fmt: skip
