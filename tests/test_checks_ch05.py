@@ -571,3 +571,10 @@ def test_the_checker_runs_gradcheck_itself(monkeypatch):
     monkeypatch.setattr(torch.autograd, "gradcheck", failing_gradcheck)
     rejected(check_linear_relu, CORRECT_LINEAR["mask, needs_input_grad"](), "gradcheck", kind="value")
     assert calls and calls[0]["raise_exception"] is False
+
+
+def test_a_wrong_function_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    make, mistake = WRONG_SOFTPLUS["log instead of log1p"]
+    error = rejected(check_softplus_function, make(), mistake, "value")
+    assert "`StableSoftplus` 的 forward 丢失了极小的值" in str(error) and "提示：在 float64 中" in str(error)

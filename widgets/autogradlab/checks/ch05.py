@@ -41,31 +41,32 @@ from autogradlab.checks.core import (
     seeded,
 )
 from autogradlab.graph.traverse import node_name, walk
+from autogradlab.i18n import N_, _
 
 # What a Function's contract rules out: mistake id -> summary (filled per case) and hint.
 BROKEN = {
-    "not-a-function-class": "`{name}` should be a class deriving from torch.autograd.Function, but it is {shown}.",
-    "ctx-attribute": "The forward of `{name}` stored tensors as ctx attributes ({shown}) for {label}.",
-    "saves-too-much": "The forward of `{name}` saved {shown} for {label}; its backward needs fewer.",
-    "arity": "The backward of `{name}` returned {shown} for {label}.",
-    "ignores-needs-input-grad": "The backward of `{name}` computed a gradient for `{shown}`, an input that does not require grad ({label}).",
-    "none-gradient": "The backward of `{name}` returned None for `{shown}`, an input that requires grad ({label}).",
-}
+    "not-a-function-class": N_("`{name}` should be a class deriving from torch.autograd.Function, but it is {shown}."),
+    "ctx-attribute": N_("The forward of `{name}` stored tensors as ctx attributes ({shown}) for {label}."),
+    "saves-too-much": N_("The forward of `{name}` saved {shown} for {label}; its backward needs fewer."),
+    "arity": N_("The backward of `{name}` returned {shown} for {label}."),
+    "ignores-needs-input-grad": N_("The backward of `{name}` computed a gradient for `{shown}`, an input that does not require grad ({label})."),
+    "none-gradient": N_("The backward of `{name}` returned None for `{shown}`, an input that requires grad ({label})."),
+}  # fmt: skip
 BROKEN_HINTS = {
-    "not-a-function-class": "pass the class itself, `{name}`, not an instance or a plain function.",
-    "ctx-attribute": "save tensors with ctx.save_for_backward(...) and read them with ctx.saved_tensors: only then does autograd check their version counter, avoid a reference cycle through the output, and let saved-tensor hooks (checkpointing, offloading) see them. Plain attributes are for non-tensors.",
-    "saves-too-much": "save only what backward reads: every saved tensor stays in memory until backward runs.",
-    "arity": "backward returns one gradient per forward input, in order, each with that input's shape.",
-    "ignores-needs-input-grad": "check ctx.needs_input_grad[i] and return None for inputs nobody asked a gradient for: that skips a whole matrix product for frozen weights or data.",
-    "none-gradient": "return its gradient: None is only for inputs that do not need one.",
-}
+    "not-a-function-class": N_("pass the class itself, `{name}`, not an instance or a plain function."),
+    "ctx-attribute": N_("save tensors with ctx.save_for_backward(...) and read them with ctx.saved_tensors: only then does autograd check their version counter, avoid a reference cycle through the output, and let saved-tensor hooks (checkpointing, offloading) see them. Plain attributes are for non-tensors."),
+    "saves-too-much": N_("save only what backward reads: every saved tensor stays in memory until backward runs."),
+    "arity": N_("backward returns one gradient per forward input, in order, each with that input's shape."),
+    "ignores-needs-input-grad": N_("check ctx.needs_input_grad[i] and return None for inputs nobody asked a gradient for: that skips a whole matrix product for frozen weights or data."),
+    "none-gradient": N_("return its gradient: None is only for inputs that do not need one."),
+}  # fmt: skip
 
 
 def broken(mistake: str, name: str, label: str = "", shown: str = "") -> ExerciseError:
     """The ExerciseError for a broken contract of :data:`BROKEN`."""
     fields = {"name": name, "label": label, "shown": shown}
     kind = "type" if mistake in ("not-a-function-class", "arity") else "contract"
-    summary, hint = BROKEN[mistake].format(**fields), BROKEN_HINTS[mistake].format(**fields)
+    summary, hint = _(BROKEN[mistake]).format(**fields), _(BROKEN_HINTS[mistake]).format(**fields)
     return ExerciseError(kind, summary, hint=hint, mistake=mistake)
 
 
@@ -75,7 +76,7 @@ def _apply_of(cls, name: str) -> Callable:
         return cls.apply
     if isinstance(getattr(cls, "__self__", None), type) and issubclass(cls.__self__, torch.autograd.Function):
         return cls
-    shown = f"the class {cls.__name__}" if isinstance(cls, type) else type(cls).__name__
+    shown = _("the class {name}").format(name=cls.__name__) if isinstance(cls, type) else type(cls).__name__
     raise broken("not-a-function-class", name, shown=shown)
 
 
@@ -109,7 +110,8 @@ def _backward(cls, out, v, leaves, frozen, names, name: str, label: str, hints: 
     grads = LearnerCall(backward, f"{name}.backward", error_hints=hints, frozen_inputs=False).on(label)()
     grads = grads if isinstance(grads, tuple) else (grads,)
     if len(grads) != len(leaves):
-        raise broken("arity", name, label, f"{len(grads)} values for {len(leaves)} inputs ({', '.join(names)})")
+        shown = _("{n} values for {inputs} inputs ({names})").format(n=len(grads), inputs=len(leaves), names=", ".join(names))  # fmt: skip
+        raise broken("arity", name, label, shown)
     for i, g in enumerate(grads):
         if i in frozen and g is not None:
             raise broken("ignores-needs-input-grad", name, label, names[i])
@@ -155,13 +157,14 @@ def check_autograd_function(
         out, saved = _forward(forward, leaves, label)
         expected = reference(*[a.detach() if isinstance(a, torch.Tensor) else a for a in case.args])
         if max_saved is not None and len(saved) > max_saved:
-            raise broken("saves-too-much", name, label, f"{len(saved)} tensors (shapes {[s for s, _ in saved]})")
+            shown = _("{n} tensors (shapes {shapes})").format(n=len(saved), shapes=[shape for shape, _dtype in saved])
+            raise broken("saves-too-much", name, label, shown)
         slip = saved_check(saved, expected) if saved_check else None
         if slip is not None:
-            summary = f"`{name}` saves more than backward needs ({label})."
+            summary = _("`{name}` saves more than backward needs ({label}).").format(name=name, label=label)
             raise ExerciseError("contract", summary, hint=slip.hint, mistake=slip.id)
         wrong_forward = {m: m.compute(*case.args) for m in forward_mistakes}
-        what = f"The forward of `{name}`"
+        what = _("The forward of `{name}`").format(name=name)
         compare(out, expected, what=what, label=label, mistakes=wrong_forward, nonfinite=nonfinite)
         v = torch.randn(expected.shape, generator=seeded(len(label)), dtype=expected.dtype)
         got = _backward(owner, out, v, leaves, frozen, input_names, name, label, error_hints)
@@ -169,18 +172,18 @@ def check_autograd_function(
         context = {"batch_size": case.args[0].shape[0]} if case.args[0].dim() > 1 else {}
         for i, r in enumerate(_reference_grads(reference, case.args, frozen, v)):
             if r is not None:
-                what = f"The gradient of `{input_names[i]}` that `{name}`'s backward returns"
+                what = _("The gradient of `{input}` that `{name}`'s backward returns").format(input=input_names[i], name=name)  # fmt: skip
                 known = {m: w[i] for m, w in zip(mistakes, wrong)}
                 compare(got[i], r, what=what, label=label, context=context, mistakes=known, nonfinite=nonfinite)
         options = {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3, "raise_exception": False}
         if gradcheck and not torch.autograd.gradcheck(apply, tuple(_leaves(case.args, frozen)), **options):
-            hint = "run torch.autograd.gradcheck(Fn.apply, inputs) yourself on float64 inputs: it prints the Jacobian your backward gives next to the finite-difference one."
-            raise ExerciseError("value", f"gradcheck fails for `{name}` on {label}.", hint=hint, mistake="gradcheck")
+            hint = _("run torch.autograd.gradcheck(Fn.apply, inputs) yourself on float64 inputs: it prints the Jacobian your backward gives next to the finite-difference one.")  # fmt: skip
+            raise ExerciseError("value", _("gradcheck fails for `{name}` on {label}.").format(name=name, label=label), hint=hint, mistake="gradcheck")  # fmt: skip
     if then is not None:
         then(apply, name)
-    plural = "s" if len(cases) != 1 else ""
-    what = "forward, backward and gradcheck pass" if gradcheck else "forward and backward match their definition"
-    passed(f"{name}: {what} on {len(cases)} input{plural}")
+    what = _("forward, backward and gradcheck pass") if gradcheck else _("forward and backward match their definition")
+    message = _("{name}: {what} on {n} inputs") if len(cases) != 1 else _("{name}: {what} on 1 input")
+    passed(message.format(name=name, what=what, n=len(cases)))
 
 
 def _f64(*shape, gen, scale=1.0, shift=0.0):
@@ -212,11 +215,11 @@ def _linear_relu_grads(x, W, G, mask, dW_factor=1.0, db=torch.sum):
 
 
 LINEAR_RELU_HINTS = {
-    "no-mask": "ReLU passes the gradient only where its output is positive: multiply G by the mask before the three formulas.",
-    "db-mean": "b is added to every row, so its gradient is the masked G summed over the batch, not averaged.",
-    "dW-over-batch": "dW = xᵀ (G ⊙ mask) was divided by the batch size: the upstream G already carries any 1/N of the loss.",
-    "mask-inverted": "the mask is inverted: the gradient passes where the output is positive.",
-}
+    "no-mask": N_("ReLU passes the gradient only where its output is positive: multiply G by the mask before the three formulas."),
+    "db-mean": N_("b is added to every row, so its gradient is the masked G summed over the batch, not averaged."),
+    "dW-over-batch": N_("dW = xᵀ (G ⊙ mask) was divided by the batch size: the upstream G already carries any 1/N of the loss."),
+    "mask-inverted": N_("the mask is inverted: the gradient passes where the output is positive."),
+}  # fmt: skip
 _LINEAR_RELU_SLIPS = {
     "no-mask": lambda x, W, b, G: _linear_relu_grads(x, W, G, 1.0),
     "db-mean": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b > 0, db=torch.mean),
@@ -224,7 +227,7 @@ _LINEAR_RELU_SLIPS = {
     "mask-inverted": lambda x, W, b, G: _linear_relu_grads(x, W, G, x @ W + b <= 0),
 }
 LINEAR_RELU_MISTAKES = mistakes(LINEAR_RELU_HINTS, _LINEAR_RELU_SLIPS)
-MASK_HINT = "ReLU's backward needs only where the output is positive: save the bool mask `out > 0` (1 byte per element) instead of the floating output (4 or 8 bytes per element)."
+MASK_HINT = N_("ReLU's backward needs only where the output is positive: save the bool mask `out > 0` (1 byte per element) instead of the floating output (4 or 8 bytes per element).")  # fmt: skip
 
 
 def _saves_float_output(saved: list, out: torch.Tensor) -> Mistake | None:
@@ -257,10 +260,10 @@ def check_linear_relu(LinearReLU) -> None:
         cases=_linear_cases(),
         input_names=("x", "W", "b"),
         mistakes=LINEAR_RELU_MISTAKES,
-        error_hints="backward returns one gradient per forward input, in order (x, W, b), each with that input's shape: (G ⊙ mask) Wᵀ for x, xᵀ (G ⊙ mask) for W, G ⊙ mask summed over the batch for b.",
+        error_hints=_("backward returns one gradient per forward input, in order (x, W, b), each with that input's shape: (G ⊙ mask) Wᵀ for x, xᵀ (G ⊙ mask) for W, G ⊙ mask summed over the batch for b."),
         max_saved=3,
         saved_check=_saves_float_output,
-    )
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- StableSoftplus
@@ -277,14 +280,14 @@ def _softplus_cases() -> list[Case]:
     ]
 
 
-OVERFLOW_HINT = "eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never positive; σ(x) = torch.sigmoid(x) is stable."
+OVERFLOW_HINT = N_("eˣ overflows to inf for x around 1000, and inf / inf = NaN in the backward. Split off the large part: log(1 + eˣ) = max(x, 0) + log(1 + e^(−|x|)), where the exponent is never positive; σ(x) = torch.sigmoid(x) is stable.")  # fmt: skip
 SOFTPLUS_HINTS = {
     "overflow": OVERFLOW_HINT,
-    "no-grad-output": "the backward forgot grad_output: multiply σ(x) by grad_output.",
-    "exp-derivative": "d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing.",
-    "sigmoid-of-minus-x": "σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x).",
-    "softplus-as-derivative": "that is the softplus itself, not its derivative σ(x).",
-}
+    "no-grad-output": N_("the backward forgot grad_output: multiply σ(x) by grad_output."),
+    "exp-derivative": N_("d/dx log(1 + eˣ) = eˣ / (1 + eˣ) = σ(x), not eˣ: the 1 + eˣ of the log's derivative is missing."),
+    "sigmoid-of-minus-x": N_("σ(x) = 1 / (1 + e⁻ˣ) is the derivative; 1 / (1 + eˣ) = σ(−x) is the derivative of softplus(−x)."),
+    "softplus-as-derivative": N_("that is the softplus itself, not its derivative σ(x)."),
+}  # fmt: skip
 _SOFTPLUS_SLIPS = {
     "overflow": lambda x, v: (v * torch.exp(x) / (1 + torch.exp(x)),),
     "no-grad-output": lambda x, v: (torch.sigmoid(x),),
@@ -294,13 +297,9 @@ _SOFTPLUS_SLIPS = {
 }
 SOFTPLUS_MISTAKES = mistakes(SOFTPLUS_HINTS, _SOFTPLUS_SLIPS)
 BUILD_IT_YOURSELF = OffLimits(
-    routines=(
-        *routines(F, "F", "softplus"),
-        *routines(torch, "torch", "logaddexp"),
-        *routines(torch.Tensor, "Tensor", "logaddexp"),
-    ),
-    why="this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one.",
-)
+    routines=(*routines(F, "F", "softplus"), *routines(torch, "torch", "logaddexp"), *routines(torch.Tensor, "Tensor", "logaddexp")),
+    why=N_("this exercise is to build the stable formula yourself; torch's softplus and logaddexp already are one."),
+)  # fmt: skip
 
 
 def _check_softplus_precision(apply: Callable, name: str) -> None:
@@ -309,9 +308,9 @@ def _check_softplus_precision(apply: Callable, name: str) -> None:
     got = LearnerCall(apply, name, BUILD_IT_YOURSELF).on("x = [−20, −40, −300]")(x).detach()
     relative = float(((got - F.softplus(x)).abs() / F.softplus(x)).max())
     if not relative <= 1e-12:
-        detail = f"For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {[float(f'{v:.3g}') for v in got]} (relative error {relative:.3g})."
-        hint = "1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u."
-        summary = f"The forward of `{name}` loses the tiny values."
+        detail = _("For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {yours} (relative error {relative:.3g}).").format(yours=[float(f'{v:.3g}') for v in got], relative=relative)  # fmt: skip
+        hint = _("1 + e⁻⁴⁰ rounds to exactly 1 in float64, so log(1 + u) returns 0; torch.log1p(u) computes log(1 + u) without forming 1 + u.")  # fmt: skip
+        summary = _("The forward of `{name}` loses the tiny values.").format(name=name)
         raise ExerciseError("value", summary, detail=detail, hint=hint, mistake="log-not-log1p")
 
 
@@ -360,26 +359,22 @@ def _norm_cases() -> list[Case]:
 
 
 NORM_HINTS = {
-    "no-grad-output": "the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1).",
-    "not-normalised": "d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0).",
-    "zero-division": "at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, even in a branch torch.where discards.",
-    "where-branch": "torch.where picks values, but the branch it discards is still computed and still differentiated: 0 · (NaN from x / 0) is NaN. Make the discarded branch finite too: divide by a denominator that is never 0 (torch.where(norm > 0, norm, 1)) before the where.",
-    "sqrt-in-backward": "your backward recomputes the norm with sqrt: differentiating it, sqrt's own backward at 0 divides by 2·√0, and no where after it can keep that NaN out (the cell above). Use the norm your forward saved, and divide by torch.where(norm > 0, norm, 1).",
-    "not-differentiable": "this exercise needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), no .detach()): a gradient penalty differentiates it.",
-}
+    "no-grad-output": N_("the backward forgot grad_output: multiply x / ‖x‖ by grad_output.unsqueeze(-1)."),
+    "not-normalised": N_("d‖x‖/dx = x / ‖x‖, not x: divide by the norm (and return 0 where the norm is 0)."),
+    "zero-division": N_("at an all-zero row x / ‖x‖ is 0 / 0 = NaN. Return 0 there, and never divide by 0, even in a branch torch.where discards."),
+    "where-branch": N_("torch.where picks values, but the branch it discards is still computed and still differentiated: 0 · (NaN from x / 0) is NaN. Make the discarded branch finite too: divide by a denominator that is never 0 (torch.where(norm > 0, norm, 1)) before the where."),
+    "sqrt-in-backward": N_("your backward recomputes the norm with sqrt: differentiating it, sqrt's own backward at 0 divides by 2·√0, and no where after it can keep that NaN out (the cell above). Use the norm your forward saved, and divide by torch.where(norm > 0, norm, 1)."),
+    "not-differentiable": N_("this exercise needs a backward made of differentiable torch ops (no @once_differentiable, no torch.no_grad(), no .detach()): a gradient penalty differentiates it."),
+}  # fmt: skip
 _NORM_SLIPS = {
     "no-grad-output": lambda x, v: (torch.nan_to_num(x / x.norm(dim=-1, keepdim=True)),),  # 0/0 -> 0
     "not-normalised": lambda x, v: (v.unsqueeze(-1) * x,),
 }
 NORM_MISTAKES = mistakes(NORM_HINTS, _NORM_SLIPS)
 USE_YOUR_OWN_NORM = OffLimits(
-    routines=(
-        *routines(torch.linalg, "torch.linalg", "vector_norm", "norm"),
-        *routines(torch, "torch", "norm"),
-        *routines(torch.Tensor, "Tensor", "norm"),
-    ),
-    why="this exercise is to write the norm's backward yourself; torch's norms bring their own.",
-)
+    routines=(*routines(torch.linalg, "torch.linalg", "vector_norm", "norm"), *routines(torch, "torch", "norm"), *routines(torch.Tensor, "Tensor", "norm")),
+    why=N_("this exercise is to write the norm's backward yourself; torch's norms bring their own."),
+)  # fmt: skip
 
 
 def _check_norm_double_backward(apply: Callable, name: str) -> None:
@@ -392,17 +387,17 @@ def _check_norm_double_backward(apply: Callable, name: str) -> None:
         (g,) = torch.autograd.grad(apply(leaf).sum(), leaf, create_graph=True)
         (gg,) = torch.autograd.grad((g**2).sum() + g.sum(), leaf)
     except RuntimeError as exc:
-        summary = f"The backward of `{name}` cannot be differentiated ({str(exc).splitlines()[0]})."
+        summary = _("The backward of `{name}` cannot be differentiated ({error}).").format(name=name, error=str(exc).splitlines()[0])  # fmt: skip
         raise named("not-differentiable", summary, NORM_HINTS) from None
     if not torch.isfinite(gg).all():
         recomputed = "SqrtBackward0" in {node_name(n) for n in walk([g])[0]}
         mistake = "sqrt-in-backward" if recomputed else "where-branch"
-        summary = f"Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x."
+        summary = _("Differentiating the backward of `{name}` (a gradient penalty) gives NaN at the all-zero row of x.").format(name=name)  # fmt: skip
         raise named(mistake, summary, NORM_HINTS, "not-finite")
     x = _f64(3, 4, gen=gen).requires_grad_()
     if not torch.autograd.gradgradcheck(apply, (x,), eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=False):
-        summary = f"gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are wrong."
-        hint = "compute the backward with differentiable torch ops on the saved tensors, not under torch.no_grad() or on .detach()ed copies, so autograd can differentiate it."
+        summary = _("gradgradcheck fails for `{name}` on x of shape (3, 4): the second derivatives through your backward are wrong.").format(name=name)  # fmt: skip
+        hint = _("compute the backward with differentiable torch ops on the saved tensors, not under torch.no_grad() or on .detach()ed copies, so autograd can differentiate it.")  # fmt: skip
         raise ExerciseError("value", summary, hint=hint, mistake="gradgradcheck")
 
 
@@ -430,7 +425,7 @@ def check_safe_norm_function(SafeNorm) -> None:
         cases=_norm_cases(),
         mistakes=NORM_MISTAKES,
         nonfinite=Mistake("zero-division", NORM_HINTS["zero-division"]),
-        error_hints="grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim.",
+        error_hints=_("grad_output has one value per row: grad_output.unsqueeze(-1) broadcasts it over the last dim."),
         max_saved=2,
         off_limits=USE_YOUR_OWN_NORM,
         then=_check_norm_double_backward,
@@ -452,15 +447,15 @@ def _ste_cases() -> list[Case]:
 
 
 STE_HINTS = {
-    "true-derivative": "that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through where |x| ≤ 1.",
-    "plain-ste": "that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and returns 0 outside.",
-    "open-window": "the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <).",
-    "times-x": "the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x.",
-    "inverted-window": "the window is inverted: pass the gradient where |x| ≤ 1, zero it outside.",
-    "sign-of-zero": "sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1)).",
-    "round": "the forward is sign(x), not round(x).",
-    "clamp": "the forward is sign(x), not the clamp (hardtanh) of x.",
-}
+    "true-derivative": N_("that is the true derivative of sign (0 almost everywhere), which stops all learning: pass grad_output through where |x| ≤ 1."),
+    "plain-ste": N_("that is the plain straight-through estimator: the clipped one passes the gradient only where |x| ≤ 1 and returns 0 outside."),
+    "open-window": N_("the window is closed: |x| ≤ 1 includes x = ±1 (use <=, not <)."),
+    "times-x": N_("the gradient is grad_output where |x| ≤ 1, not grad_output ⊙ x."),
+    "inverted-window": N_("the window is inverted: pass the gradient where |x| ≤ 1, zero it outside."),
+    "sign-of-zero": N_("sign(0) is 0: torch.sign(x), not 1 for x ≥ 0 (torch.where(x >= 0, 1, −1))."),
+    "round": N_("the forward is sign(x), not round(x)."),
+    "clamp": N_("the forward is sign(x), not the clamp (hardtanh) of x."),
+}  # fmt: skip
 _STE_SLIPS = {
     "true-derivative": lambda x, v: (torch.zeros_like(v),),
     "plain-ste": lambda x, v: (v,),
