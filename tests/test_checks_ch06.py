@@ -616,3 +616,10 @@ def test_resume_mistakes_are_named(name):
     with pytest.raises(ExerciseError) as info:
         check_resume(save, load)
     assert info.value.mistake == mistake and info.value.hint, (info.value.kind, info.value.mistake, str(info.value))
+
+
+def test_a_wrong_step_is_explained_in_chinese(monkeypatch):
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    answer, mistake = WRONG_STEPS["stale gradients (no zero_grad)"]
+    error = rejects(check_train_step, answer, mistake, kind="value")
+    assert "这些状态与参考答案不同：.grad, 参数值, 优化器状态" in str(error) and "提示：过期的梯度" in str(error)

@@ -18,6 +18,7 @@ from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, mistakes, passed
 from autogradlab.checks.stateful import differences, run_variants, variants
+from autogradlab.i18n import N_, _
 from autogradlab.models.train_state import module_mode, snapshot
 from autogradlab.models.train_state.setups import (
     after_validation,
@@ -31,8 +32,8 @@ from autogradlab.torch_internals import version
 
 COURSE_OFF = OffLimits(
     course=("autogradlab.models.train_state",),
-    why="this exercise asks you to write it yourself; the course's code in autogradlab.models.train_state does it for you.",
-)
+    why=N_("this exercise asks you to write it yourself; the course's code in autogradlab.models.train_state does it for you."),
+)  # fmt: skip
 
 
 def _flat(model) -> torch.Tensor:
@@ -117,33 +118,33 @@ def _variant(kind: str) -> Callable:
 
 
 TRAIN_STEP_MISTAKES = {
-    "eval": "the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; eval() from the validation pass sticks until you switch back.",
-    "train_late": "model.train() came after the forward pass, so Dropout was still off for it: switch the mode first, at the top of the step.",
-    "no_zero": "stale gradients: the validation pass left .grad full and backward() adds into it. Call optimizer.zero_grad(set_to_none=True) before loss.backward().",
-    "zero_after": "optimizer.step() found no gradients: zero_grad ran after backward and threw them away. Clear the gradients before backward, never between backward and step.",
-    "step_first": "optimizer.step() ran before loss.backward(), so it found no gradient of this batch. The order is zero_grad, forward, loss, backward, clip, step.",
-    "no_clip": "the update used unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet).",
-    "clip_after": "the gradients were clipped after optimizer.step(): the update had already used the unclipped ones. Clip between backward and step.",
-    "always_scale": "the gradients were scaled to norm max_norm although their norm was already below it: clipping only ever scales down (clip_grad_norm_ leaves them as they are then).",
-    "clip_value": "clip_grad_value_ clamps each element; the exercise clips the total norm of all gradients together: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
-    "per_parameter": "each parameter's gradient was clipped on its own; the norm to clip is the total norm of all gradients taken together (one call of clip_grad_norm_ on model.parameters()).",
-    "extra_forward": "the step ran the model a second time (for the log?): in train mode that draws new Dropout masks, so the RNG state (and every later step) differs. Log the loss of the one forward pass.",
-}
+    "eval": N_("the model stayed in eval mode (Dropout was off): call model.train() at the start of the step; eval() from the validation pass sticks until you switch back."),
+    "train_late": N_("model.train() came after the forward pass, so Dropout was still off for it: switch the mode first, at the top of the step."),
+    "no_zero": N_("stale gradients: the validation pass left .grad full and backward() adds into it. Call optimizer.zero_grad(set_to_none=True) before loss.backward()."),
+    "zero_after": N_("optimizer.step() found no gradients: zero_grad ran after backward and threw them away. Clear the gradients before backward, never between backward and step."),
+    "step_first": N_("optimizer.step() ran before loss.backward(), so it found no gradient of this batch. The order is zero_grad, forward, loss, backward, clip, step."),
+    "no_clip": N_("the update used unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) after loss.backward() and before optimizer.step() (before backward there is nothing to clip yet)."),
+    "clip_after": N_("the gradients were clipped after optimizer.step(): the update had already used the unclipped ones. Clip between backward and step."),
+    "always_scale": N_("the gradients were scaled to norm max_norm although their norm was already below it: clipping only ever scales down (clip_grad_norm_ leaves them as they are then)."),
+    "clip_value": N_("clip_grad_value_ clamps each element; the exercise clips the total norm of all gradients together: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)."),
+    "per_parameter": N_("each parameter's gradient was clipped on its own; the norm to clip is the total norm of all gradients taken together (one call of clip_grad_norm_ on model.parameters())."),
+    "extra_forward": N_("the step ran the model a second time (for the log?): in train mode that draws new Dropout masks, so the RNG state (and every later step) differs. Log the loss of the one forward pass."),
+}  # fmt: skip
 TRAIN_STEP_VARIANTS = variants(_variant, TRAIN_STEP_MISTAKES)
 STEP_HINTS = {
-    "batch-changed": "`x = batch[0]` is the caller's tensor, not a copy; an in-place op on it (`x -= ...`, `x.div_(...)`) changes the data set itself. Write `x = batch[0] - ...` instead.",
-    "graph-returned": "whoever logs it keeps the graph (and its saved tensors) alive. Return `.detach()` (a tensor without graph) or `.item()`.",
-    "rng-only": "only the RNG state differs: your step drew random numbers the reference does not draw (a second forward pass in train mode, torch.rand..., or a reseed).",
-    "unnamed-state": "step through your function with TrainStepInspector(train_step) and compare each line's changes with the state table at the top of the chapter.",
-    "norm-after-clip": "that is the norm after clipping: take the total norm before clipping (clip_grad_norm_ returns it).",
-    "norm": "grad_norm is the L2 norm of all parameter gradients taken together, before clipping.",
-    "ratio-aliased": "your θ_before changed with the parameters: `p.detach()` (and a list of them) shares storage with p, and optimizer.step() updates p in place. Keep a copy: `.clone()` (or torch.cat / parameters_to_vector, which allocate new memory).",
-    "ratio-per-parameter": "that is the mean of the per-parameter ratios: take one norm over all parameters as one vector.",
-    "ratio-over-after": "divide by ‖θ_before‖, the parameters before the step, not after it.",
-    "ratio": "update_ratio = ‖θ_after − θ_before‖ / ‖θ_before‖ with θ all parameters as one vector.",
-    "loss": "return the loss of this batch before the update, from the step's one forward pass.",
-}
-NO_GRAPH_HINT = "the forward pass ran without autograd (under torch.no_grad() or inference_mode, or the loss was detached), so backward has no graph. Only the logging may be outside autograd."
+    "batch-changed": N_("`x = batch[0]` is the caller's tensor, not a copy; an in-place op on it (`x -= ...`, `x.div_(...)`) changes the data set itself. Write `x = batch[0] - ...` instead."),
+    "graph-returned": N_("whoever logs it keeps the graph (and its saved tensors) alive. Return `.detach()` (a tensor without graph) or `.item()`."),
+    "rng-only": N_("only the RNG state differs: your step drew random numbers the reference does not draw (a second forward pass in train mode, torch.rand..., or a reseed)."),
+    "unnamed-state": N_("step through your function with TrainStepInspector(train_step) and compare each line's changes with the state table at the top of the chapter."),
+    "norm-after-clip": N_("that is the norm after clipping: take the total norm before clipping (clip_grad_norm_ returns it)."),
+    "norm": N_("grad_norm is the L2 norm of all parameter gradients taken together, before clipping."),
+    "ratio-aliased": N_("your θ_before changed with the parameters: `p.detach()` (and a list of them) shares storage with p, and optimizer.step() updates p in place. Keep a copy: `.clone()` (or torch.cat / parameters_to_vector, which allocate new memory)."),
+    "ratio-per-parameter": N_("that is the mean of the per-parameter ratios: take one norm over all parameters as one vector."),
+    "ratio-over-after": N_("divide by ‖θ_before‖, the parameters before the step, not after it."),
+    "ratio": N_("update_ratio = ‖θ_after − θ_before‖ / ‖θ_before‖ with θ all parameters as one vector."),
+    "loss": N_("return the loss of this batch before the update, from the step's one forward pass."),
+}  # fmt: skip
+NO_GRAPH_HINT = N_("the forward pass ran without autograd (under torch.no_grad() or inference_mode, or the loss was detached), so backward has no graph. Only the logging may be outside autograd.")  # fmt: skip
 
 
 def _step_error(summary: str, mistake: str, kind: str = "value") -> ExerciseError:
@@ -152,12 +153,12 @@ def _step_error(summary: str, mistake: str, kind: str = "value") -> ExerciseErro
 
 def _number(value, what: str, label: str) -> float:
     if isinstance(value, torch.Tensor) and (value.grad_fn is not None or value.requires_grad):
-        summary = f"`train_step` returned {what} with its autograd graph for {label}."
+        summary = _("`train_step` returned {what} with its autograd graph for {label}.").format(what=what, label=label)
         raise _step_error(summary, "graph-returned", "contract")
     number = isinstance(value, (float, int)) and not isinstance(value, bool)
     if number or isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value)
-    summary = f"{what} should be a Python float or a 0-dim tensor, got {type(value).__name__} for {label}."
+    summary = _("{what} should be a Python float or a 0-dim tensor, got {type} for {label}.").format(what=what, type=type(value).__name__, label=label)  # fmt: skip
     raise ExerciseError("type", summary)
 
 
@@ -182,20 +183,20 @@ def _ratio_slips(seed: int, max_norm: float, step: int) -> dict[str, float]:
 
 def _check_numbers(returned, expected, label: str, seed: int, max_norm: float, step: int) -> None:
     if not isinstance(returned, (tuple, list)) or len(returned) != 3:
-        summary = f"`train_step` should return three numbers (loss, grad_norm, update_ratio); got {type(returned).__name__} for {label}."
+        summary = _("`train_step` should return three numbers (loss, grad_norm, update_ratio); got {type} for {label}.").format(type=type(returned).__name__, label=label)  # fmt: skip
         raise ExerciseError("type", summary, mistake="not-three")
-    got = [_number(v, w, label) for v, w in zip(returned, ("the loss", "grad_norm", "update_ratio"))]
+    got = [_number(v, w, label) for v, w in zip(returned, (_("the loss"), "grad_norm", "update_ratio"))]
     loss, norm, ratio = (float(v) for v in expected)
     same = lambda a, b, rtol=1e-6: abs(a - b) <= rtol * abs(b) + 1e-12
     if not same(got[0], loss):
-        raise _step_error(f"the returned loss is {got[0]:.6g}, expected {loss:.6g} for {label}.", "loss")
+        raise _step_error(_("the returned loss is {got:.6g}, expected {loss:.6g} for {label}.").format(got=got[0], loss=loss, label=label), "loss")  # fmt: skip
     if not same(got[1], norm):
         mistake = "norm-after-clip" if same(got[1], min(norm, max_norm), rtol=1e-5) else "norm"
-        raise _step_error(f"grad_norm is {got[1]:.6g}, expected {norm:.6g} for {label}.", mistake)
+        raise _step_error(_("grad_norm is {got:.6g}, expected {norm:.6g} for {label}.").format(got=got[1], norm=norm, label=label), mistake)  # fmt: skip
     if not same(got[2], ratio):
         slips = _ratio_slips(seed, max_norm, step)
         mistake = next((m for m, value in slips.items() if same(got[2], value)), "ratio")
-        raise _step_error(f"update_ratio is {got[2]:.6g}, expected {ratio:.6g} for {label}.", mistake)
+        raise _step_error(_("update_ratio is {got:.6g}, expected {ratio:.6g} for {label}.").format(got=got[2], ratio=ratio, label=label), mistake)  # fmt: skip
 
 
 def check_train_step(train_step: Callable) -> None:
@@ -211,24 +212,24 @@ def check_train_step(train_step: Callable) -> None:
     for seed, max_norm, setting in STEP_SETUPS:
         run = lambda step, seed=seed, max_norm=max_norm: _run_steps(step, seed, max_norm)
         runs = run_variants(run, learner.on(f"a step ({setting})"), _reference_step, TRAIN_STEP_VARIANTS)
-        for i, ((returned, state, changed), (expected, reference, _)) in enumerate(zip(runs.learner, runs.reference)):
+        for i, ((returned, state, changed), (expected, reference, _changed)) in enumerate(
+            zip(runs.learner, runs.reference)
+        ):
             label = f"step {i + 1} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)"
             if changed:
-                summary = f"`train_step` changed the caller's batch for {label}."
+                summary = _("`train_step` changed the caller's batch for {label}.").format(label=label)
                 raise _step_error(summary, "batch-changed", "changed-input")
             if state.mode != "train":
-                raise _step_error(f"after `train_step` the model is in {state.mode} mode for {label}.", "eval")
+                raise _step_error(_("after `train_step` the model is in {mode} mode for {label}.").format(mode=state.mode, label=label), "eval")  # fmt: skip
             differ = differences(state, reference)
             if differ:
                 same_run = lambda mine, wrong: all(not differences(a[1], b[1]) for a, b in zip(mine, wrong))
                 closest = runs.closest(same_run)
                 mistake = closest.name if closest else ("rng-only" if differ == ["RNG state"] else "unnamed-state")
-                summary = f"after {label}, these states differ from the reference: {', '.join(differ)}."
+                summary = _("after {label}, these states differ from the reference: {differ}.").format(label=label, differ=", ".join(map(_, differ)))  # fmt: skip
                 raise _step_error(summary, mistake)
             _check_numbers(returned, expected, label, seed, max_norm, i)
-    passed(
-        "train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) and reports loss, grad_norm and update_ratio"
-    )
+    passed(_("train_step leaves all six states as the reference does (2 set-ups × 3 steps, clipping on and off) and reports loss, grad_norm and update_ratio"))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- exercise 2: optimizer coverage
@@ -250,16 +251,16 @@ def _coverage(model, optimizer, slip: str = "") -> tuple[list[str], list[str]]:
 
 
 _COVERAGE_HINTS = {
-    "swapped": "the two lists are swapped: return (missing, frozen_inside) in that order.",
-    "no-requires-grad-filter": "a frozen parameter outside the optimizer is fine: `missing` lists only trainable (requires_grad=True) parameters that no param group holds.",
-    "frozen-outside-listed": "`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct.",
-    "by-value": "a parameter was counted as covered because some optimizer parameter has equal *values* (both biases are zeros): compare identities with id(p), not values.",
-    "first-group": "go through every param group (optimizer.param_groups[i]['params']), not only the first.",
-    "grad-criterion": "`missing` means in no param group, whatever its `.grad`: a parameter may have no gradient yet (no backward ran) and still be in the optimizer, or have one and be outside it.",
-}
+    "swapped": N_("the two lists are swapped: return (missing, frozen_inside) in that order."),
+    "no-requires-grad-filter": N_("a frozen parameter outside the optimizer is fine: `missing` lists only trainable (requires_grad=True) parameters that no param group holds."),
+    "frozen-outside-listed": N_("`frozen_inside` lists frozen parameters that ARE in the optimizer; frozen ones left out are correct."),
+    "by-value": N_("a parameter was counted as covered because some optimizer parameter has equal *values* (both biases are zeros): compare identities with id(p), not values."),
+    "first-group": N_("go through every param group (optimizer.param_groups[i]['params']), not only the first."),
+    "grad-criterion": N_("`missing` means in no param group, whatever its `.grad`: a parameter may have no gradient yet (no backward ran) and still be in the optimizer, or have one and be outside it."),
+}  # fmt: skip
 COVERAGE_MISTAKES = mistakes(_COVERAGE_HINTS, {slip: partial(_coverage, slip=slip) for slip in _COVERAGE_HINTS})
-COVERAGE_HINT = "missing = requires_grad and in no param group; frozen_inside = not requires_grad and in some group. Build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}` and compare identities."
-IDENTITY_HINT = "`p in some_list` compares tensors by value (element-wise ==). Compare identities: build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}`."
+COVERAGE_HINT = N_("missing = requires_grad and in no param group; frozen_inside = not requires_grad and in some group. Build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}` and compare identities.")  # fmt: skip
+IDENTITY_HINT = N_("`p in some_list` compares tensors by value (element-wise ==). Compare identities: build `covered = {id(p) for g in optimizer.param_groups for p in g['params']}`.")  # fmt: skip
 
 
 def _names(result, label: str) -> tuple[list[str], list[str]]:
@@ -267,7 +268,7 @@ def _names(result, label: str) -> tuple[list[str], list[str]]:
     lists = pair and all(isinstance(part, (list, tuple, set)) for part in result)
     if not lists or any(isinstance(x, torch.Tensor) for part in result for x in part):
         mistake = "tensors-not-names" if lists else "not-a-pair"
-        summary = f"`optimizer_coverage` should return a pair (missing, frozen_inside) of lists of parameter *names* (from model.named_parameters()); got {type(result).__name__} for {label}."
+        summary = _("`optimizer_coverage` should return a pair (missing, frozen_inside) of lists of parameter *names* (from model.named_parameters()); got {type} for {label}.").format(type=type(result).__name__, label=label)  # fmt: skip
         raise ExerciseError("type", summary, mistake=mistake)
     return sorted(map(str, result[0])), sorted(map(str, result[1]))
 
@@ -289,18 +290,16 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
         before = layout(model, optimizer)
         got = _names(learner.on(label)(model, optimizer), label)
         if layout(model, optimizer) != before:
-            summary = f"`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a param group's members)."
-            hint = "it should only look: report the problems, do not fix them."
+            summary = _("`optimizer_coverage` changed the model or the optimizer for {label} (a requires_grad flag or a param group's members).").format(label=label)  # fmt: skip
+            hint = _("it should only look: report the problems, do not fix them.")
             raise ExerciseError("contract", summary, hint=hint, mistake="changed-model")
         expected = _coverage(model, optimizer)
         if got == expected:
             continue
         slip = next((m for m in COVERAGE_MISTAKES if tuple(map(sorted, m.compute(model, optimizer))) == got), None)
-        summary = f"`optimizer_coverage` is wrong for {label}: got missing={got[0]}, frozen_inside={got[1]}; expected missing={expected[0]}, frozen_inside={expected[1]}."
+        summary = _("`optimizer_coverage` is wrong for {label}: got missing={missing}, frozen_inside={frozen}; expected missing={want_missing}, frozen_inside={want_frozen}.").format(label=label, missing=got[0], frozen=got[1], want_missing=expected[0], want_frozen=expected[1])  # fmt: skip
         raise ExerciseError("value", summary, hint=slip.hint if slip else COVERAGE_HINT, mistake=slip and slip.id)
-    passed(
-        f"optimizer_coverage finds the uncovered and the stale parameters in {len(scenarios)} set-ups, and changes nothing"
-    )
+    passed(_("optimizer_coverage finds the uncovered and the stale parameters in {n} set-ups, and changes nothing").format(n=len(scenarios)))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- exercise 3: evaluate
@@ -329,41 +328,38 @@ EVAL_SETUPS = (
     ("mixed", "in train mode with its BatchNorm kept in eval mode (a frozen layer during fine-tuning)"),
 )
 EVAL_HINTS = {
-    "graph": "run the loop under `torch.no_grad()` (or `torch.inference_mode()`); eval() alone does not turn gradients off, and detaching the output afterwards does not undo the graph the forward pass recorded.",
-    "batch-changed": "compute on the batches, never in place.",
-    "bn-statistics": "call model.eval() before the loop (no_grad() does not stop BatchNorm from updating its running statistics in train mode).",
-    "submodule-mode": "`model.train(...)` sets every submodule to the same mode, so the BatchNorm kept in eval mode came back in train mode. Remember each module's `training` flag (e.g. `{m: m.training for m in model.modules()}`) and restore each one.",
-    "mode": "remember each module's `training` flag when `evaluate` starts and restore it at the end.",
-    "tensor": "return a Python float: use `.item()` on the loss (inside no_grad it is cheap).",
-    "mean-of-means": "that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. Weight each batch's loss by its size and divide by the number of samples.",
-    "value": "average over samples: weight each batch's mean loss by its size and divide by the number of samples.",
-}
+    "graph": N_("run the loop under `torch.no_grad()` (or `torch.inference_mode()`); eval() alone does not turn gradients off, and detaching the output afterwards does not undo the graph the forward pass recorded."),
+    "batch-changed": N_("compute on the batches, never in place."),
+    "bn-statistics": N_("call model.eval() before the loop (no_grad() does not stop BatchNorm from updating its running statistics in train mode)."),
+    "submodule-mode": N_("`model.train(...)` sets every submodule to the same mode, so the BatchNorm kept in eval mode came back in train mode. Remember each module's `training` flag (e.g. `{m: m.training for m in model.modules()}`) and restore each one."),
+    "mode": N_("remember each module's `training` flag when `evaluate` starts and restore it at the end."),
+    "tensor": N_("return a Python float: use `.item()` on the loss (inside no_grad it is cheap)."),
+    "mean-of-means": N_("that is the mean of the three batch means: a batch of 3 samples weighs as much as one of 7. Weight each batch's loss by its size and divide by the number of samples."),
+    "value": N_("average over samples: weight each batch's mean loss by its size and divide by the number of samples."),
+}  # fmt: skip
 
 
 def _evaluate_problem(got, model, batches, kept, state, modes, recorded, how) -> tuple[str, str] | None:
     """(mistake, what is wrong) after the learner's evaluate, or None."""
     bn = model[1]
     if any(recorded):
-        return "graph", "`evaluate` built autograd graphs"
+        return "graph", _("`evaluate` built autograd graphs")
     if any(not (torch.equal(x, kx) and torch.equal(y, ky)) for (x, y), (kx, ky) in zip(batches, kept)):
-        return "batch-changed", "`evaluate` changed the caller's batches"
+        return "batch-changed", _("`evaluate` changed the caller's batches")
     tracked = int(bn.num_batches_tracked) != int(state["1.num_batches_tracked"])
     if not torch.equal(bn.running_mean, state["1.running_mean"]) or tracked:
-        return "bn-statistics", "`evaluate` changed BatchNorm's running statistics"
+        return "bn-statistics", _("`evaluate` changed BatchNorm's running statistics")
     now = [m.training for m in model.modules()]
     if now != modes:
         mistake = "submodule-mode" if how == "mixed" and all(now) else "mode"
-        return (
-            mistake,
-            f"`evaluate` did not leave every module in the mode it came in ({how}; it leaves {module_mode(model)})",
-        )
+        return mistake, _("`evaluate` did not leave every module in the mode it came in ({how}; it leaves {modes})").format(how=how, modes=module_mode(model))  # fmt: skip
     if isinstance(got, torch.Tensor) or not isinstance(got, (float, int)) or isinstance(got, bool):
-        return "tensor", f"`evaluate` returned a {type(got).__name__}, not a Python float"
+        return "tensor", _("`evaluate` returned a {type}, not a Python float").format(type=type(got).__name__)
     expected = _evaluate_reference(model, batches, torch.nn.functional.mse_loss)
     if abs(got - expected) > 1e-9 * abs(expected):
         means = _in_eval(model, lambda: [torch.nn.functional.mse_loss(model(x), y).item() for x, y in batches])
         mistake = "mean-of-means" if abs(got - sum(means) / len(means)) <= 1e-9 * abs(expected) else "value"
-        return mistake, f"`evaluate` returned {got:.6g}, expected {expected:.6g}"
+        return mistake, _("`evaluate` returned {got:.6g}, expected {expected:.6g}").format(got=got, expected=expected)
     return None
 
 
@@ -395,10 +391,8 @@ def check_evaluate(evaluate: Callable) -> None:
         if problem is not None:
             mistake, summary = problem
             kind = "value" if mistake in ("mean-of-means", "value") else "type" if mistake == "tensor" else "contract"
-            raise ExerciseError(kind, f"{summary} for {label}.", hint=EVAL_HINTS[mistake], mistake=mistake)
-    passed(
-        f"evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) in {len(EVAL_SETUPS)} set-ups"
-    )
+            raise ExerciseError(kind, _("{summary} for {label}.").format(summary=summary, label=label), hint=EVAL_HINTS[mistake], mistake=mistake)  # fmt: skip
+    passed(_("evaluate gives the per-sample mean loss and leaves no trace (graphs, BatchNorm statistics, every module's mode) in {n} set-ups").format(n=len(EVAL_SETUPS)))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- exercise 4: exact resume
@@ -427,16 +421,16 @@ def _optimizer_tensors(optimizer) -> list[torch.Tensor]:
 
 
 RESUME_HINTS = {
-    "live-references": "state_dict() returns references to the live tensors, which kept changing: copy them when saving (copy.deepcopy(...), or torch.save to a file or buffer).",
-    "model": "load model.state_dict() into the new model.",
-    "optimizer": "save optimizer.state_dict() and load it into the new optimizer: AdamW's step count and moment estimates otherwise start from zero.",
-    "scheduler": "save and load scheduler.state_dict(): the learning rate otherwise restarts the schedule.",
-    "rng": "save torch.get_rng_state() and restore it with torch.set_rng_state(...), so Dropout draws the same masks (a seed restarts the sequence from its beginning, not from where the run stopped).",
-    "loader": "the loader shuffles with its own generator (`loader.generator`), not the global RNG: save `loader.generator.get_state()` and restore it with `set_state`, so the next epochs replay the same order (a new loader, or a reseed, starts its sequence from the beginning).",
-    "shared-checkpoint": "`optimizer.load_state_dict(...)` keeps the checkpoint's own tensors as the optimizer's state (no copy when dtype and device match; `model.load_state_dict(..., assign=True)` does the same with the weights), and training updates them in place. Load from a copy (copy.deepcopy, or torch.load of bytes written by torch.save).",
-    "changed-run": "saving must only read the state: do not draw random numbers, reseed, or switch the model's mode in save_state.",
-    "not-exact": "restore everything the next steps read: weights, optimizer state, schedule, the global RNG (Dropout) and the loader's generator (the order).",
-}
+    "live-references": N_("state_dict() returns references to the live tensors, which kept changing: copy them when saving (copy.deepcopy(...), or torch.save to a file or buffer)."),
+    "model": N_("load model.state_dict() into the new model."),
+    "optimizer": N_("save optimizer.state_dict() and load it into the new optimizer: AdamW's step count and moment estimates otherwise start from zero."),
+    "scheduler": N_("save and load scheduler.state_dict(): the learning rate otherwise restarts the schedule."),
+    "rng": N_("save torch.get_rng_state() and restore it with torch.set_rng_state(...), so Dropout draws the same masks (a seed restarts the sequence from its beginning, not from where the run stopped)."),
+    "loader": N_("the loader shuffles with its own generator (`loader.generator`), not the global RNG: save `loader.generator.get_state()` and restore it with `set_state`, so the next epochs replay the same order (a new loader, or a reseed, starts its sequence from the beginning)."),
+    "shared-checkpoint": N_("`optimizer.load_state_dict(...)` keeps the checkpoint's own tensors as the optimizer's state (no copy when dtype and device match; `model.load_state_dict(..., assign=True)` does the same with the weights), and training updates them in place. Load from a copy (copy.deepcopy, or torch.load of bytes written by torch.save)."),
+    "changed-run": N_("saving must only read the state: do not draw random numbers, reseed, or switch the model's mode in save_state."),
+    "not-exact": N_("restore everything the next steps read: weights, optimizer state, schedule, the global RNG (Dropout) and the loader's generator (the order)."),
+}  # fmt: skip
 
 
 def _restored_wrong(fresh, at_save: dict) -> str | None:
@@ -482,7 +476,7 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
         resume_train(*run, epochs=2)  # the saved run goes on training
         at_save["end"] = _flat(run[0])
         if not untouched or not torch.equal(at_save["end"], expected):
-            summary = "`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint."
+            summary = _("`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint.")  # fmt: skip
             raise ExerciseError("contract", summary, hint=RESUME_HINTS["changed-run"], mistake="changed-run")
         for attempt in ("first resume", "second resume from the same checkpoint"):
             fresh = resume_setup(attempt.startswith("second") + 1)  # other initial weights
@@ -494,13 +488,11 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
                 if torch.equal(_flat(fresh[0]), expected):
                     continue
             diff = float((_flat(fresh[0]) - expected).abs().max())
-            summary = f"after load_state ({attempt}) the run is not bit-exact (max |Δparameter| = {diff:.3g} after 2 more epochs)."
+            summary = _("after load_state ({attempt}) the run is not bit-exact (max |Δparameter| = {diff:.3g} after 2 more epochs).").format(attempt=attempt, diff=diff)  # fmt: skip
             if part:
-                summary = f"after load_state ({attempt}) the run is not bit-exact: the {part} part is not as it was at the checkpoint."
+                summary = _("after load_state ({attempt}) the run is not bit-exact: the {part} part is not as it was at the checkpoint.").format(attempt=attempt, part=part)  # fmt: skip
             if attempt.startswith("second"):
-                summary = f"the first resume was bit-exact, but loading the same checkpoint again restored other {part or 'state'}: training after the first resume changed the checkpoint."
+                summary = _("the first resume was bit-exact, but loading the same checkpoint again restored other {part}: training after the first resume changed the checkpoint.").format(part=part or _("state"))  # fmt: skip
             mistake = "shared-checkpoint" if attempt.startswith("second") else (part or "not-exact")
             raise ExerciseError("value", summary, hint=RESUME_HINTS[mistake], mistake=mistake)
-    passed(
-        "both resumes from your checkpoint are bit-exact with uninterrupted training (model, AdamW, StepLR, RNG, loader order)"
-    )
+    passed(_("both resumes from your checkpoint are bit-exact with uninterrupted training (model, AdamW, StepLR, RNG, loader order)"))  # fmt: skip
