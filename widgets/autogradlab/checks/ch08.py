@@ -433,14 +433,12 @@ def _adam_cases() -> list[Case]:
 
 
 _ADAM_MODULE = importlib.import_module("torch.optim.adam")  # torch.optim hides the submodule's name
+_ADAM_KERNELS = ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")
 ADAM_OFF_LIMITS = OffLimits(
     # the class, and the kernels the functional form looks up at call time (so an `adam` imported earlier is caught too)
     routines=(
         Routine(torch.optim.Optimizer, "__init__", "a torch.optim optimizer"),
-        *(
-            Routine(_ADAM_MODULE, f, f"torch.optim.adam.{f}")
-            for f in ("adam", "_single_tensor_adam", "_multi_tensor_adam", "_fused_adam")
-        ),
+        *(Routine(_ADAM_MODULE, f, f"torch.optim.adam.{f}") for f in _ADAM_KERNELS),
     ),
     why=ADAM_WHY,
 )

@@ -83,13 +83,6 @@ SAID = {
     "tensors": N_("`{name}` should return Python floats (loss.item()) for {label}."),
     "losses-what": N_("the losses of `{name}`"),
     "overfit-passed": N_("{name}: the reference losses on {n} batches (caller's model in eval and in train mode, left untouched); the healthy model reaches loss {loss:.2g} on one batch"),
-    "per-example": N_("a per-example MLP, outputs (5, 3)"),
-    "softmax": N_("an MLP ending in softmax (each row sums to 1)"),
-    "time-view": N_("a mean over time taken through view(T, B, D) (mixes examples)"),
-    "time-mean": N_("the same model with mean(dim=1)"),
-    "bn-train": N_("batch norm in training mode, outputs (6,)"),
-    "bn-eval": N_("batch norm in eval mode"),
-    "per-step": N_("per-step scores, outputs (4, 3, 2)"),
     "x-requires-grad": N_("`{name}` set requires_grad (or .grad) on the x it was given for {label}."),
     "dependencies-passed": N_("{name}: exact dependency norms on {n} models ({mixing} mix examples, {separate} do not); model, parameters' .grad and x left as they were"),
     "no-hypothesis": N_("Write your hypothesis for mystery {number} first: a sentence (six words at least) saying what you think is wrong and why it gives this symptom."),
@@ -221,14 +214,14 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
 
 # --------------------------------------------------------------------------- exercise 2: batch dependencies
 
-_DEPENDENCY_CASES = [  # (SAID key of its label, model, input shape, training mode)
-    ("per-example", PerExample, (5, 4), True),
-    ("softmax", lambda: PerExample(softmax=True), (5, 4), True),
-    ("time-view", lambda: TimeMean(bug=True), (5, 3, 3), True),
-    ("time-mean", TimeMean, (5, 3, 3), True),
-    ("bn-train", Normed, (6, 4), True),
-    ("bn-eval", Normed, (6, 4), False),
-    ("per-step", PerStep, (4, 3, 3), True),
+_DEPENDENCY_CASES = [  # (label, model, input shape, training mode)
+    (N_("a per-example MLP, outputs (5, 3)"), PerExample, (5, 4), True),
+    (N_("an MLP ending in softmax (each row sums to 1)"), lambda: PerExample(softmax=True), (5, 4), True),
+    (N_("a mean over time taken through view(T, B, D) (mixes examples)"), lambda: TimeMean(bug=True), (5, 3, 3), True),
+    (N_("the same model with mean(dim=1)"), TimeMean, (5, 3, 3), True),
+    (N_("batch norm in training mode, outputs (6,)"), Normed, (6, 4), True),
+    (N_("batch norm in eval mode"), Normed, (6, 4), False),
+    (N_("per-step scores, outputs (4, 3, 2)"), PerStep, (4, 3, 3), True),
 ]
 
 
@@ -267,8 +260,8 @@ def check_batch_dependencies(batch_dependencies) -> None:
     """
     name, mixing = "batch_dependencies", 0
     learner = LearnerCall(batch_dependencies, name, _own_loop())
-    for key, build, shape, training in _DEPENDENCY_CASES:
-        label = _said(key)
+    for label, build, shape, training in _DEPENDENCY_CASES:
+        label = _(label)
         torch.manual_seed(0)
         model = build().train(training)
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
