@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -200,3 +201,57 @@ def test_a_view_and_a_doctor_finding_speak_chinese(zh):
     assert finding.code == "grad-not-cleared"  # codes are ids: never translated
     assert finding.message.startswith("在第 2, 3 步，backward 把梯度累加到了上一次 optimizer.step() 之前留下的梯度上")
     assert finding.fix.startswith("每个优化器步骤调用一次 optimizer.zero_grad()")
+
+
+# ---------------------------------------------------------------- the views' course texts (models' N_ tables)
+
+
+def _course_views():
+    """Chapter 03's, 06's, 07's and 11's views, showing texts that live in the models' tables."""
+    import torch
+
+    from autogradlab.models.compiled import compare
+    from autogradlab.models.train_state import graph_stats
+    from autogradlab.views import AccumulationLab, CompileView, TrainStepInspector, VJPExplorer
+
+    inspector = TrainStepInspector()
+    inspector.next_button.click()  # model.train(): the module mode changed
+    option = "min-cut + checkpoint (save matmuls)"
+    logging.disable(logging.WARNING)  # pytest's log capture would switch on torch's structured trace: slow
+    try:
+        compiled = CompileView({("block", option): compare("block", option)}, model="block", option=option)
+    finally:
+        logging.disable(logging.NOTSET)
+    x = torch.ones(2, requires_grad=True)
+    return (
+        inspector,
+        VJPExplorer(op="softmax"),
+        AccumulationLab(reduction="mean (no ÷K)"),
+        compiled,
+        graph_stats([x * x]),
+    )
+
+
+def test_english_course_texts_are_unchanged(monkeypatch):
+    monkeypatch.delenv("AUTOGRADLAB_LANG", raising=False)
+    inspector, vjp, lab, compiled, graph = _course_views()
+    assert "<b>module mode</b>" in inspector.status.value and "forward graph" in inspector.table.value
+    assert "<i>one block diag(y) − y yᵀ per slice along dim." in vjp.readout.value
+    assert lab.reduction.label == "mean (no ÷K)" and "K = 4, mean (no ÷K), float32" in lab.readout.value
+    assert (
+        compiled.model_picker.label == "block" and compiled.option_picker.label == "min-cut + checkpoint (save matmuls)"
+    )
+    assert str(graph) == "alive: 2 nodes, 8 B saved"
+
+
+def test_the_views_course_texts_speak_chinese(zh):
+    inspector, vjp, lab, compiled, graph = _course_views()
+    assert "<b>模块模式</b>" in inspector.status.value and "前向计算图" in inspector.table.value
+    assert "<i>沿 dim 的每个切片对应一个 diag(y) − y yᵀ 块。" in vjp.readout.value
+    assert lab.reduction.label == "mean（不 ÷K）" and "K = 4, mean（不 ÷K）, float32" in lab.readout.value
+    assert lab.reduction.value == "mean (no ÷K)"  # the value is the model's name in every language
+    assert (
+        compiled.model_picker.label == "transformer 块"
+        and "min-cut + checkpoint（保存 matmul）" in compiled.picture.value
+    )
+    assert str(graph) == "存活：2 个节点，保存 8 B"

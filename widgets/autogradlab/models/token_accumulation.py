@@ -28,7 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
-REDUCTIONS = ("sum", "mean", "mean (no ÷K)", "token-mean")
+from autogradlab.i18n import N_
+
+# the reductions' names are also their labels, shown through _() (a translation may add words to a name)
+REDUCTIONS = (N_("sum"), N_("mean"), N_("mean (no ÷K)"), N_("token-mean"))
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

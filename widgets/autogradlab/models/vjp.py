@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from autogradlab.i18n import N_
+
 MAX_DIMS = 3
 MAX_SIZE = 6
 MAX_NUMEL = 24  # keeps the Jacobian (at most 24 × 24) readable as a heatmap
@@ -65,8 +67,8 @@ OPS: dict[str, Op] = {
             ((2, 3), (3, 4)),
             lambda X, W, dim: X @ W,
             notes=(
-                ("X", "block structure: row n of Y depends only on row n of X, through the same W. vᵀJ = V Wᵀ."),
-                ("W", "every output depends on a column of W; the VJP Xᵀ V adds up the contributions of all rows."),
+                ("X", N_("block structure: row n of Y depends only on row n of X, through the same W. vᵀJ = V Wᵀ.")),
+                ("W", N_("every output depends on a column of W; the VJP Xᵀ V adds up the contributions of all rows.")),
             ),
         ),
         Op(
@@ -75,7 +77,7 @@ OPS: dict[str, Op] = {
             ("x",),
             ((2, 3),),
             lambda x, dim: torch.relu(x),
-            notes=(("x", "diagonal: 1 where x > 0, 0 elsewhere. The VJP just masks v; J is never needed."),),
+            notes=(("x", N_("diagonal: 1 where x > 0, 0 elsewhere. The VJP just masks v; J is never needed.")),),
         ),
         Op(
             "softmax",
@@ -87,9 +89,11 @@ OPS: dict[str, Op] = {
             notes=(
                 (
                     "x",
-                    "one block diag(y) − y yᵀ per slice along dim. Its columns sum to 0 (a slice's outputs always sum "
-                    "to 1), so v = ones gives a zero VJP; its rows sum to 0 too, a different fact (adding a constant "
-                    "to a slice changes nothing).",
+                    N_(
+                        "one block diag(y) − y yᵀ per slice along dim. Its columns sum to 0 (a slice's outputs always sum "
+                        "to 1), so v = ones gives a zero VJP; its rows sum to 0 too, a different fact (adding a constant "
+                        "to a slice changes nothing)."
+                    ),
                 ),
             ),
         ),
@@ -100,18 +104,22 @@ OPS: dict[str, Op] = {
             ((2, 3),),
             lambda x, dim: torch.logsumexp(x, dim),
             True,
-            notes=(("x", "each row of J is the softmax of one slice: the VJP is v (broadcast back) ⊙ softmax(x)."),),
+            notes=(
+                ("x", N_("each row of J is the softmax of one slice: the VJP is v (broadcast back) ⊙ softmax(x).")),
+            ),
         ),
         Op(
             "layer norm",
-            "y = layer_norm(x) over the last dim (no affine)",
+            N_("y = layer_norm(x) over the last dim (no affine)"),
             ("x",),
             ((2, 4),),
             _layer_norm,
             notes=(
                 (
                     "x",
-                    "dense within each row: every output of a row depends on every input of it, through mean and variance.",
+                    N_(
+                        "dense within each row: every output of a row depends on every input of it, through mean and variance."
+                    ),
                 ),
             ),
         ),
@@ -122,10 +130,12 @@ OPS: dict[str, Op] = {
             ((3, 4), (4,)),
             lambda x, b, dim: x + b,
             notes=(
-                ("x", "the identity: x + b passes v straight through to x."),
+                ("x", N_("the identity: x + b passes v straight through to x.")),
                 (
                     "b",
-                    "one 1 in each column for every position that entry of b was copied to (exercise 2: what is vᵀJ?).",
+                    N_(
+                        "one 1 in each column for every position that entry of b was copied to (exercise 2: what is vᵀJ?)."
+                    ),
                 ),
             ),
         ),
@@ -136,7 +146,7 @@ OPS: dict[str, Op] = {
             ((2, 3),),
             lambda x, dim: x.sum(dim),
             True,
-            notes=(("x", "all ones in the pattern of the reduced dim: the VJP copies v back along dim."),),
+            notes=(("x", N_("all ones in the pattern of the reduced dim: the VJP copies v back along dim.")),),
         ),
         Op(
             "mean over a dim",
@@ -145,7 +155,9 @@ OPS: dict[str, Op] = {
             ((2, 3),),
             lambda x, dim: x.mean(dim),
             True,
-            notes=(("x", "the pattern of the sum, with every entry 1 / (size of dim) (exercise 3: what is vᵀJ?)."),),
+            notes=(
+                ("x", N_("the pattern of the sum, with every entry 1 / (size of dim) (exercise 3: what is vᵀJ?).")),
+            ),
         ),
     ]
 }

@@ -50,7 +50,9 @@ class AccumulationLab(StaticFallback, w.VBox):
             continuous_update=True,
             style={"description_width": "initial"},
         )
-        self.reduction = w.Dropdown(options=list(REDUCTIONS), value=reduction, description=_("reduction"))
+        self.reduction = w.Dropdown(
+            options=[(_(r), r) for r in REDUCTIONS], value=reduction, description=_("reduction")
+        )
         self.spread = w.FloatSlider(
             value=spread,
             min=0.0,
@@ -102,7 +104,7 @@ class AccumulationLab(StaticFallback, w.VBox):
         self.message.value = ""
         shown = ", ".join(map(str, tokens[:8])) + (", …" if len(tokens) > 8 else "")
         self.readout.value = readout(
-            f"K = {current.accum_steps}, {current.reduction}, {current.dtype}",
+            f"K = {current.accum_steps}, {_(current.reduction)}, {current.dtype}",
             _("<b>relative error {error:.2e}</b>").format(error=current.relative_error),
             _("<b>effective learning-rate factor {factor:.2f}</b>").format(factor=current.lr_factor),
             _("Loss tokens per micro-batch: {tokens} (window: {window}).").format(tokens=shown, window=window),

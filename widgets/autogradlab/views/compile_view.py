@@ -42,9 +42,12 @@ class CompileView(StaticFallback, w.VBox):
         self.comparisons = dict(comparisons or {(m, o): compare(m, o) for m in MODELS for o in OPTIONS})
         models = list(dict.fromkeys(m for m, _ in self.comparisons))
         options = list(dict.fromkeys(o for _, o in self.comparisons))
-        self.model_picker = w.ToggleButtons(options=models, value=model, description=_("model"))
+        self.model_picker = w.ToggleButtons(options=[(_(m), m) for m in models], value=model, description=_("model"))
         self.option_picker = w.ToggleButtons(
-            options=options, value=option, description=_("compiled"), style={"button_width": "auto"}
+            options=[(_(o), o) for o in options],
+            value=option,
+            description=_("compiled"),
+            style={"button_width": "auto"},
         )
         self.message = w.HTML()
         self.readout = w.HTML()
@@ -112,7 +115,9 @@ class CompileView(StaticFallback, w.VBox):
         return (
             "<div style='display:flex;flex-wrap:wrap;align-items:flex-start;font-size:12px'>"
             + table(_("eager: saved by each backward node"), eager)
-            + table(_("compiled ({option}): saved by the forward graph").format(option=html.escape(c.option)), compiled)
+            + table(
+                _("compiled ({option}): saved by the forward graph").format(option=html.escape(_(c.option))), compiled
+            )
             + "</div>"
             + recomputed
             + f"<div style='{_FREE};font-size:11px'>"

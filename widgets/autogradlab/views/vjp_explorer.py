@@ -136,10 +136,10 @@ class VJPExplorer(StaticFallback, w.VBox):
         wrt_shape = r.shapes[r.op.inputs.index(r.wrt)]
         m, n = r.jacobian.shape
         return (
-            f"<b>{html.escape(r.op.formula)}</b> &nbsp;·&nbsp; {r.wrt} {wrt_shape} → y {tuple(r.output.shape)} "
+            f"<b>{html.escape(_(r.op.formula))}</b> &nbsp;·&nbsp; {r.wrt} {wrt_shape} → y {tuple(r.output.shape)} "
             f"&nbsp;·&nbsp; Jacobian {m} × {n} &nbsp;·&nbsp; "
             f"<b>max |vᵀJ − autograd| = {r.difference:.1e}</b><br>"
-            f"<i>{html.escape(r.op.note(r.wrt))}</i>"
+            f"<i>{html.escape(_(r.op.note(r.wrt)))}</i>"
         )
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from autogradlab.i18n import N_
 from autogradlab.torch_internals import attention_kernels
 
 
@@ -62,7 +63,7 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     raise ValueError(f"unknown model {name!r}: choose 'mlp' or 'block'")
 
 
-MODELS = ("mlp", "block")
+MODELS = ("mlp", N_("block"))  # CompileView's labels, through _() ("mlp" reads the same in every language)
 
 _ATEN = torch.ops.aten
 #: The ops a "save the matmuls" policy keeps: recomputing them costs FLOPs; everything else is cheap.

@@ -21,15 +21,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from autogradlab.graph import capture
 from autogradlab.graph.saved_bytes import SavedBytes
+from autogradlab.i18n import N_
 from autogradlab.models.compiled.course_models import MATMULS, build, save_only, with_policy
 from autogradlab.models.compiled.partition import Partition, read_partition
 from autogradlab.models.compiled.record import compile_recorded, quiet
 
-#: option -> (partitioner, ops a selective-checkpoint policy saves; None: no checkpointing)
+#: option -> (partitioner, ops a selective-checkpoint policy saves; None: no checkpointing).
+#: The names are CompileView's labels, through _() (the partitioners' names read the same in every language).
 OPTIONS = {
     "default": ("default", None),
     "min-cut": ("min-cut", None),
-    "min-cut + checkpoint (save matmuls)": ("min-cut", MATMULS),
+    N_("min-cut + checkpoint (save matmuls)"): ("min-cut", MATMULS),
 }
 
 

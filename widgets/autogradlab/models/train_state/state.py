@@ -23,6 +23,7 @@ import torch
 
 from autogradlab.graph import capture
 from autogradlab.graph.saved_bytes import distinct_bytes
+from autogradlab.i18n import _
 from autogradlab.units import format_bytes
 
 STATES = ("graph", "grad", "param", "optimizer", "mode", "rng")
@@ -50,10 +51,11 @@ class GraphStats:
 
     def __str__(self) -> str:
         if self.nodes == 0:
-            return "none"
-        status = "freed" if self.freed and not self.saved_bytes else "alive"
-        text = f"{status}: {self.nodes} nodes, {format_bytes(self.saved_bytes)} saved"
-        return text + (f", {self.stale} stale" if self.stale else "")
+            return _("none")
+        freed = self.freed and not self.saved_bytes
+        text = _("freed: {nodes} nodes, {size} saved") if freed else _("alive: {nodes} nodes, {size} saved")
+        text = text.format(nodes=self.nodes, size=format_bytes(self.saved_bytes))
+        return text + (_(", {count} stale").format(count=self.stale) if self.stale else "")
 
 
 def graph_stats(tensors: Iterable, parameters: Iterable[torch.Tensor] = ()) -> GraphStats:

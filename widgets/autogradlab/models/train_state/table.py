@@ -11,15 +11,17 @@ from dataclasses import dataclass
 
 import torch
 
+from autogradlab.i18n import N_
 from autogradlab.models.train_state.state import STATES, Snapshot, _changed
 
-STATE_TITLES = {
-    "graph": "forward graph",
+STATE_TITLES = {  # TrainStepInspector's row and column titles, shown through _()
+    # (the cells' texts stay English: chapter 06 quotes them, e.g. "not in optimizer", in both editions)
+    "graph": N_("forward graph"),
     "grad": ".grad",
-    "param": "parameter value",
-    "optimizer": "optimizer state",
-    "mode": "module mode",
-    "rng": "RNG state",
+    "param": N_("parameter value"),
+    "optimizer": N_("optimizer state"),
+    "mode": N_("module mode"),
+    "rng": N_("RNG state"),
 }
 
 
