@@ -183,24 +183,18 @@ _MASKED_MEAN_HINTS = {
     "factor-2": N_("d/dx x² = 2x: the factor 2 is missing."),
     "masked-sum": N_("this is the gradient of the masked SUM: the mean also divides by the number of kept entries."),
 }  # fmt: skip
+_MASKED_MEAN_SLIPS = {
+    "divided-by-numel": lambda x, m: 2 * x * m / x.numel(),
+    "mask-missing": lambda x, m: 2 * x / m.sum(),
+    "divided-by-rows": lambda x, m: 2 * x * m / x.shape[0],
+    "per-row-mean": lambda x, m: 2 * x * m / m.sum(-1, keepdim=True),  # an all-False row: 0/0 = NaN
+    "factor-2": lambda x, m: x * m / m.sum(),
+    "masked-sum": lambda x, m: 2 * x * m,
+}
 MASKED_MEAN_MISTAKES = (
-    *mistakes(
-        _MASKED_MEAN_HINTS,
-        {
-            "divided-by-numel": lambda x, m: 2 * x * m / x.numel(),
-            "mask-missing": lambda x, m: 2 * x / m.sum(),
-            "divided-by-rows": lambda x, m: 2 * x * m / x.shape[0],
-            "per-row-mean": lambda x, m: 2 * x * m / m.sum(-1, keepdim=True),  # an all-False row: 0/0 = NaN
-            "factor-2": lambda x, m: x * m / m.sum(),
-            "masked-sum": lambda x, m: 2 * x * m,
-        },
-    ),
-    Mistake(
-        "per-row-mean",
-        _MASKED_MEAN_HINTS["per-row-mean"],
-        lambda x, m: 2 * x * m / m.sum(-1, keepdim=True).clamp_min(1),
-    ),
-)
+    *mistakes(_MASKED_MEAN_HINTS, _MASKED_MEAN_SLIPS),
+    Mistake("per-row-mean", _MASKED_MEAN_HINTS["per-row-mean"], lambda x, m: 2 * x * m / m.sum(-1, keepdim=True).clamp_min(1)),
+)  # fmt: skip
 
 
 def check_masked_mean_grad(grad_masked_mean) -> None:

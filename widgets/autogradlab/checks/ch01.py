@@ -241,20 +241,14 @@ def _sweep_graphs() -> list[tuple[str, object]]:
 
     return [
         ("x.exp().sin().sum()", lambda: (lambda x: (x.exp().sin().sum(), {"x": x}))(_leaf((4,), 1))),
-        (
-            "(w * w).sum()  (one leaf used twice by one node)",
-            lambda: (lambda w: ((w * w).sum(), {"w": w}))(_leaf((3,), 2)),
-        ),
+        ("(w * w).sum()  (one leaf used twice by one node)", lambda: (lambda w: ((w * w).sum(), {"w": w}))(_leaf((3,), 2))),
         ("h = x.exp(); (h.sin() + h.cos() * h).sum()  (h feeds three nodes, along paths of different length)", diamond),
-        (
-            "(data @ w).relu().mean() + 0.1 * (w ** 2).sum()  (data needs no grad; w is reached along two paths)",
-            data_and_two_paths,
-        ),
+        ("(data @ w).relu().mean() + 0.1 * (w ** 2).sum()  (data needs no grad; w is reached along two paths)", data_and_two_paths),
         ("(a + b).sum()  (two leaves fed by one node)", two_leaves_one_add),
         ("u, v, _ = x.exp().unbind(0); (u * v.sin()).sum()  (one node with three outputs, one unused)", unbind),
         ("a Linear-Tanh-Linear MLP whose parameters already hold .grad = 0.5 from an earlier step", mlp_with_old_grads),
         ("a chain of 3,000 multiplications", deep),
-    ]
+    ]  # fmt: skip
 
 
 def _ready_order(output: torch.Tensor, order: str) -> list:

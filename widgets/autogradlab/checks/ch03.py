@@ -327,29 +327,12 @@ _HVP_FUNCTIONS = {  # label (every term of f): f, parameter shapes, dtype
     "f(x) = Σ x·sin(x)": (lambda x: (x * torch.sin(x)).sum(), [(4,)], torch.float64),
     "f(x) = logsumexp(x)": (lambda x: torch.logsumexp(x, 0), [(6,)], torch.float64),
     "f(x) = Σ tanh(A x)² (A is 3 × 5)": (lambda x: (torch.tanh(_A.to(x.dtype) @ x) ** 2).sum(), [(5,)], torch.float32),
-    "f(X) = Σ_rows logsumexp(X[r]) + Σ X[:, 0:1] ⊙ X (X is 2 × 3)": (
-        lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(),
-        [(2, 3)],
-        torch.float64,
-    ),
+    "f(X) = Σ_rows logsumexp(X[r]) + Σ X[:, 0:1] ⊙ X (X is 2 × 3)": (lambda x: torch.logsumexp(x, 1).sum() + (x[:, :1] * x).sum(), [(2, 3)], torch.float64),
     f"{_MLP}, a 3-4-1 MLP on 6 examples": (_mlp(_X_SMALL, _Y_SMALL), [(3, 4), (4,), (4, 1)], torch.float64),
-    "f(w, s) = Σ tanh(A w)² + s · c: s enters only through s · c, with constant coefficients c": (
-        lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(),
-        [(5,), (2,)],
-        torch.float64,
-    ),
-    "f(p, q) = Σ p ⊙ q + Σ tanh(q)²: linear in p, but its gradient in p is q": (
-        lambda p, q: (p * q).sum() + (torch.tanh(q) ** 2).sum(),
-        [(3,), (3,)],
-        torch.float64,
-    ),
-}
-_HVP_LARGE = (
-    f"{_MLP}, a 48-40-1 MLP (2,000 parameters)",
-    _mlp(_X_LARGE, _Y_LARGE),
-    [(48, 40), (40,), (40, 1)],
-    torch.float64,
-)
+    "f(w, s) = Σ tanh(A w)² + s · c: s enters only through s · c, with constant coefficients c": (lambda w, s: (torch.tanh(_A @ w) ** 2).sum() + (s * _C).sum(), [(5,), (2,)], torch.float64),
+    "f(p, q) = Σ p ⊙ q + Σ tanh(q)²: linear in p, but its gradient in p is q": (lambda p, q: (p * q).sum() + (torch.tanh(q) ** 2).sum(), [(3,), (3,)], torch.float64),
+}  # fmt: skip
+_HVP_LARGE = (f"{_MLP}, a 48-40-1 MLP (2,000 parameters)", _mlp(_X_LARGE, _Y_LARGE), [(48, 40), (40,), (40, 1)], torch.float64)  # fmt: skip
 
 
 def _hvp_reference(f, params, vs):

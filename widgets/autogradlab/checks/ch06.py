@@ -19,15 +19,7 @@ from torch.nn.utils import parameters_to_vector
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, mistakes, passed
 from autogradlab.checks.stateful import differences, run_variants, variants
 from autogradlab.i18n import N_, _
-from autogradlab.models.train_state import module_mode, snapshot
-from autogradlab.models.train_state.setups import (
-    after_validation,
-    coverage_scenarios,
-    eval_setup,
-    resume_setup,
-    resume_train,
-    step_setup,
-)
+from autogradlab.models.train_state import module_mode, setups, snapshot
 from autogradlab.torch_internals import version
 
 COURSE_OFF = OffLimits(
@@ -53,11 +45,11 @@ def _run_steps(step: Callable, seed: int, max_norm: float) -> list[tuple]:
     """Three steps, each right after a validation pass that forgot no_grad; per step (returned, snapshot, batch changed)."""
     records = []
     with torch.random.fork_rng(devices=[]):
-        model, optimizer, batches, validation = step_setup(seed)
+        model, optimizer, batches, validation = setups.step_setup(seed)
         loss_fn = torch.nn.MSELoss()
         torch.manual_seed(1000 + seed)  # the Dropout masks
         for batch in batches:
-            after_validation(model, validation, loss_fn)
+            setups.after_validation(model, validation, loss_fn)
             kept = [(t.clone(), version(t), t.requires_grad) for t in batch]
             returned = step(model, batch, optimizer, loss_fn, max_norm)
             changed = any(
@@ -165,10 +157,10 @@ def _number(value, what: str, label: str) -> float:
 def _ratio_slips(seed: int, max_norm: float, step: int) -> dict[str, float]:
     """Wrong update ratios a learner may compute at ``step`` (mistake id -> value)."""
     with torch.random.fork_rng(devices=[]):
-        model, optimizer, batches, validation = step_setup(seed)
+        model, optimizer, batches, validation = setups.step_setup(seed)
         torch.manual_seed(1000 + seed)
         for batch in batches[: step + 1]:  # replay the check's run up to this step
-            after_validation(model, validation, torch.nn.MSELoss())
+            setups.after_validation(model, validation, torch.nn.MSELoss())
             before = [p.detach().clone() for p in model.parameters()]
             _reference_step(model, batch, optimizer, torch.nn.MSELoss(), max_norm)
     after = [p.detach() for p in model.parameters()]
@@ -281,7 +273,7 @@ def check_optimizer_coverage(optimizer_coverage: Callable) -> None:
     """
     hints = {"ambiguous_bool": IDENTITY_HINT, "size_mismatch": IDENTITY_HINT}
     learner = LearnerCall(optimizer_coverage, "optimizer_coverage", COURSE_OFF, hints)
-    scenarios = list(coverage_scenarios())
+    scenarios = list(setups.coverage_scenarios())
     layout = lambda model, optimizer: (
         [p.requires_grad for p in model.parameters()],
         [[id(p) for p in g["params"]] for g in optimizer.param_groups],
@@ -371,7 +363,7 @@ def check_evaluate(evaluate: Callable) -> None:
     """
     learner = LearnerCall(evaluate, "evaluate", frozen_inputs=False)  # the batches are checked below
     for seed, (how, described) in enumerate(EVAL_SETUPS):
-        model, batches = eval_setup(seed)
+        model, batches = setups.eval_setup(seed)
         model.train(how != "eval")
         if how == "mixed":
             model[1].eval()
@@ -464,27 +456,27 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
     label = "2 epochs of AdamW + StepLR on a model with Dropout, shuffled by the loader's own generator, checkpoint, 2 more epochs"
     with torch.random.fork_rng(devices=[]):
         for epochs in (4, 2):  # uninterrupted, then the run that is checkpointed after 2 epochs
-            run = resume_setup(0)
+            run = setups.resume_setup(0)
             torch.manual_seed(2024)  # the same Dropout masks in both
-            resume_train(*run, epochs=epochs)
+            setups.resume_train(*run, epochs=epochs)
             if epochs == 4:
                 expected = _flat(run[0])
         at_save = {"params": _flat(run[0]).clone(), "rng": torch.get_rng_state(), "lr": run[2].get_last_lr()[0]}
         at_save.update(optimizer=_optimizer_tensors(run[1]), loader=run[3].generator.get_state())
         checkpoint = save.on(label)(*run)
         untouched = torch.equal(torch.get_rng_state(), at_save["rng"]) and run[0].training
-        resume_train(*run, epochs=2)  # the saved run goes on training
+        setups.resume_train(*run, epochs=2)  # the saved run goes on training
         at_save["end"] = _flat(run[0])
         if not untouched or not torch.equal(at_save["end"], expected):
             summary = _("`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint.")  # fmt: skip
             raise ExerciseError("contract", summary, hint=RESUME_HINTS["changed-run"], mistake="changed-run")
         for attempt in ("first resume", "second resume from the same checkpoint"):
-            fresh = resume_setup(attempt.startswith("second") + 1)  # other initial weights
+            fresh = setups.resume_setup(attempt.startswith("second") + 1)  # other initial weights
             torch.manual_seed(1234)  # and another global RNG state, as in a new process
             load.on(attempt)(checkpoint, *fresh)
             part = _restored_wrong(fresh, at_save)
             if part is None:
-                resume_train(*fresh, epochs=2)
+                setups.resume_train(*fresh, epochs=2)
                 if torch.equal(_flat(fresh[0]), expected):
                     continue
             diff = float((_flat(fresh[0]) - expected).abs().max())

@@ -92,10 +92,7 @@ class ExerciseError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        """The message in the learner's language: summary, detail, the learner's line, then the hint.
-
-        A hint from an exercise's table (marked with ``N_``) is translated here, when shown.
-        """
+        """The message in the learner's language (a table's ``N_`` hint is translated here): summary, detail, line, hint."""
         lines = [part for part in (self.summary, self.detail) if part]
         if self.where:
             lines.append(_("  in your code: {where}").format(where=self.where))
