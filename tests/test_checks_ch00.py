@@ -207,4 +207,4 @@ def test_a_wrong_derivative_is_explained_in_chinese(monkeypatch):
     monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
     error = rejected(check_derivative, lambda x: 2 * x * torch.sin(x))
     assert (error.kind, error.mistake) == ("value", "only-u'v")
-    assert "在 x = [0, 1, -2, 3.5] (float64) 上不对" in str(error) and "提示：乘积法则有两项" in str(error)
+    assert "`df_dx` 不对（x = [0, 1, -2, 3.5] (float64)）。" in str(error) and "提示：乘积法则有两项" in str(error)

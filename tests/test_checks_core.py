@@ -431,7 +431,7 @@ def test_errors_render_in_the_learners_language(monkeypatch):
     error = called(lambda x: x.add_(1), torch.zeros(2))
     assert error.kind == "changed-input" and error.hint is not None
     assert str(error).splitlines() == [
-        "`answer` 在 x 上以 in-place 方式修改了它的输入。",
+        "`answer` 以 in-place 方式修改了它的输入（x）。",
         "提示：in-place 算子（`x *= ...`、`x.add_(...)`）会修改调用者的张量；请写成 `x = x * ...`。",
     ]
     monkeypatch.delenv("AUTOGRADLAB_LANG")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from autogradlab.checks.core import BY_HAND, Case, Mistake, check_function, mistakes, seeded
-from autogradlab.i18n import N_
+from autogradlab.i18n import N_, _
 
 
 def _autograd_derivative(f):
@@ -64,8 +64,8 @@ def check_derivative(df_dx) -> None:
     gen = seeded(0)
     cases = [
         _floats([0.0, 1.0, -2.0, 3.5], "x = [0, 1, -2, 3.5] (float64)"),
-        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 3,), "7 random x in float64"),
-        Case((torch.randn(3, 5, generator=gen) * 3,), "x of shape (3, 5) in float32"),
+        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 3,), _("7 random x in float64")),
+        Case((torch.randn(3, 5, generator=gen) * 3,), _("x of shape (3, 5) in float32")),
         _floats(0.7, "a 0-dim x = 0.7"),
     ]
     check_function(
@@ -85,15 +85,15 @@ def _silu_cases() -> list[Case]:
     gen = seeded(0)
     return [
         _floats([0.0, 1.0, -2.0, 3.5, -6.0], "x = [0, 1, -2, 3.5, -6] (float64)"),
-        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 4,), "7 random x in float64"),
-        Case((torch.randn(3, 5, generator=gen) * 4,), "x of shape (3, 5) in float32"),
+        Case((torch.randn(7, generator=gen, dtype=torch.float64) * 4,), _("7 random x in float64")),
+        Case((torch.randn(3, 5, generator=gen) * 4,), _("x of shape (3, 5) in float32")),
         Case(
             (torch.linspace(-12, 12, 9, dtype=torch.float64).reshape(3, 3).T,),
-            "a transposed (3, 3) view, x from -12 to 12",
+            _("a transposed (3, 3) view, x from -12 to 12"),
         ),
         _floats(0.7, "a 0-dim x = 0.7"),
         # exp(-x) overflows to inf: at x = -1000 in float64, from x ≈ -89 in float32.
-        Case((torch.tensor([-1000.0, -100.0, 40.0, 1000.0]),), "large |x|: [-1000, -100, 40, 1000] (float32)"),
+        Case((torch.tensor([-1000.0, -100.0, 40.0, 1000.0]),), _("large |x|: [-1000, -100, 40, 1000] (float32)")),
     ]
 
 
@@ -166,12 +166,12 @@ def _masked_cases() -> list[Case]:
         mask = torch.rand(*shape, generator=gen) < keep
         mask.view(-1)[:2] = torch.tensor([True, False])  # at least one kept, one masked
         count = int(mask.sum())
-        label = f"x of shape {shape}, mask keeping {count} of {x.numel()} ({str(dtype)[6:]})"
+        label = _("x of shape {shape}, mask keeping {count} of {numel} ({dtype})").format(shape=shape, count=count, numel=x.numel(), dtype=str(dtype)[6:])  # fmt: skip
         cases.append(Case((x, mask), label, context={"num_tokens": count}))
     # A whole row masked out, as padding does to an empty sequence.
     x = torch.randn(3, 4, generator=gen, dtype=torch.float64)
     mask = torch.tensor([[True, True, False, True], [False] * 4, [True, False, False, False]])
-    cases.append(Case((x, mask), "x of shape (3, 4) with row 1 fully masked (float64)", context={"num_tokens": 5}))
+    cases.append(Case((x, mask), _("x of shape (3, 4) with row 1 fully masked (float64)"), context={"num_tokens": 5}))
     return cases
 
 

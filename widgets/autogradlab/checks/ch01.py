@@ -39,12 +39,12 @@ def _routed_cases() -> list[Case]:
     a = torch.randn(3, 4, generator=gen, dtype=torch.float64).abs()
     params = {"a": a, **{n: torch.randn(4, generator=gen, dtype=torch.float64) for n in "bcd"}}
     xs = {
-        "x of shape (5, 3), entries in [0, 0.9)": torch.rand(5, 3, generator=gen, dtype=torch.float64) * 0.9,
-        "x of shape (4, 3), entries in (-3, -0.5]": -(torch.rand(4, 3, generator=gen, dtype=torch.float64) * 2.5 + 0.5),
-        "x of shape (2, 3), entries in [0, 0.05)": torch.rand(2, 3, generator=gen, dtype=torch.float64) * 0.05,
-        "x of shape (6, 3), normal with std 1.5": torch.randn(6, 3, generator=gen, dtype=torch.float64) * 1.5,
-        "x = [[1.0, -3.0, 0.5]]": torch.tensor([[1.0, -3.0, 0.5]], dtype=torch.float64),
-    }
+        _("x of shape (5, 3), entries in [0, 0.9)"): torch.rand(5, 3, generator=gen, dtype=torch.float64) * 0.9,
+        _("x of shape (4, 3), entries in (-3, -0.5]"): -(torch.rand(4, 3, generator=gen, dtype=torch.float64) * 2.5 + 0.5),
+        _("x of shape (2, 3), entries in [0, 0.05)"): torch.rand(2, 3, generator=gen, dtype=torch.float64) * 0.05,
+        _("x of shape (6, 3), normal with std 1.5"): torch.randn(6, 3, generator=gen, dtype=torch.float64) * 1.5,
+        _("x = [[1.0, -3.0, 0.5]]"): torch.tensor([[1.0, -3.0, 0.5]], dtype=torch.float64),
+    }  # fmt: skip
     return [Case((x, {n: p.clone().requires_grad_(True) for n, p in params.items()}), label) for label, x in xs.items()]
 
 
@@ -140,15 +140,15 @@ SCALED_VALUE_MISTAKES = mistakes(_SCALED_VALUE_HINTS, _SCALED_VALUE_SLIPS)
 def _scaled_cases() -> list[Case]:
     gen, cases = seeded(21), []
     for shape, dtype, outliers, t, label in [  # outliers: (flat index, value)
-        ((20,), torch.float64, [(3, 9.0)], 0.7, "x of shape (20,) with one outlier (its score is above 3)"),
-        ((4, 6), torch.float64, [(5, -8.0), (17, 7.5)], 1.3, "x of shape (4, 6) with two outliers"),
-        ((3, 5), torch.float64, [], 2.0, "x of shape (3, 5) with no score beyond ±3"),
-        ((2, 3, 4), torch.float32, [(0, 10.0)], 0.5, "x of shape (2, 3, 4) in float32 with one outlier"),
+        ((20,), torch.float64, [(3, 9.0)], 0.7, N_("x of shape (20,) with one outlier (its score is above 3)")),
+        ((4, 6), torch.float64, [(5, -8.0), (17, 7.5)], 1.3, N_("x of shape (4, 6) with two outliers")),
+        ((3, 5), torch.float64, [], 2.0, N_("x of shape (3, 5) with no score beyond ±3")),
+        ((2, 3, 4), torch.float32, [(0, 10.0)], 0.5, N_("x of shape (2, 3, 4) in float32 with one outlier")),
     ]:
         x = torch.randn(shape, generator=gen, dtype=dtype)
         for i, value in outliers:
             x.view(-1)[i] = value
-        cases.append(Case((x, torch.tensor(t, dtype=dtype)), f"{label}, temperature {t}"))
+        cases.append(Case((x, torch.tensor(t, dtype=dtype)), _("{label}, temperature {t}").format(label=_(label), t=t)))
     return cases
 
 
@@ -191,7 +191,7 @@ def check_scaled_scores(scaled_scores) -> None:
                 got_grads[k].reshape(right[k].shape),
                 right[k],
                 what=_("The gradient that reaches {name}").format(name=shown),
-                label=f"{case.label} (gradient of sum(weights * scaled_scores(x, t)))",
+                label=_("{label} (gradient of sum(weights * scaled_scores(x, t)))").format(label=case.label),
                 mistakes={m: g[k] for m, g in wrong.items()},
             )
     passed(_("scaled_scores keeps the graph: values and gradients for x and temperature match autograd on 4 inputs"))

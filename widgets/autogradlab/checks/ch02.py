@@ -52,7 +52,7 @@ def _cross_entropy_cases() -> list[Case]:
     cases = []
     gen = seeded(50)
     z = torch.randn(5, 3, generator=gen, dtype=torch.float64) * 2
-    cases.append(Case((z, torch.tensor([0, 2, 1, 2, 0])), "logits (5, 3) of moderate size (float64)"))
+    cases.append(Case((z, torch.tensor([0, 2, 1, 2, 0])), _("logits (5, 3) of moderate size (float64)")))
     # Rows with very different ranges: ordinary, ×1000, around +1000, around −1000, and a target far below its row's max.
     z = torch.randn(5, 4, generator=gen, dtype=torch.float64)
     z[1] *= 1000
@@ -61,14 +61,14 @@ def _cross_entropy_cases() -> list[Case]:
     z[4] = torch.tensor([1000.0, -1000.0, 0.0, 3.0], dtype=torch.float64)
     y = torch.tensor([1, int(z[1].argmin()), 0, 3, 1])
     cases.append(
-        Case((z, y), "logits (5, 4): rows ordinary, ×1000, near +1000, near −1000, [1000, −1000, 0, 3] (float64)")
+        Case((z, y), _("logits (5, 4): rows ordinary, ×1000, near +1000, near −1000, [1000, −1000, 0, 3] (float64)"))
     )
     z = torch.randn(6, 10, generator=gen) * 100  # exp(89) already overflows float32
     z[0, :4] = z[0].max()  # a tie for the row's max
     y = torch.randint(0, 10, (6,), generator=gen)
-    cases.append(Case((z, y), "logits (6, 10) of size ±300, with a tie for the max (float32)"))
+    cases.append(Case((z, y), _("logits (6, 10) of size ±300, with a tie for the max (float32)")))
     z = torch.randn(7, 5, generator=gen) - 50
-    cases.append(Case((z, torch.randint(0, 5, (7,), generator=gen)), "logits (7, 5) near −50 (float32)"))
+    cases.append(Case((z, torch.randint(0, 5, (7,), generator=gen)), _("logits (7, 5) near −50 (float32)")))
     return [Case(c.args, c.label, context={"batch_size": c.args[0].shape[0]}) for c in cases]
 
 
@@ -168,7 +168,7 @@ def _layernorm_cases() -> list[Case]:
         gamma = (torch.rand(dim, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
         beta = torch.randn(dim, generator=gen, dtype=dtype)
         G = torch.randn(*shape, generator=gen, dtype=dtype)
-        label = f"x {tuple(shape)} with row scales from 1e-3 to 1e2, eps={eps:g} ({str(dtype)[6:]})"
+        label = _("x {shape} with row scales from 1e-3 to 1e2, eps={eps:g} ({dtype})").format(shape=tuple(shape), eps=eps, dtype=str(dtype)[6:])  # fmt: skip
         cases.append(Case((x, gamma, beta, G, eps), label, context={"batch_size": x[..., 0].numel()}))
     return cases
 

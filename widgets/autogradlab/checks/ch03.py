@@ -129,7 +129,7 @@ def _softmax_reference(y, v, dim):
 def _softmax_case(x: torch.Tensor, dim: int, label: str, seed: int) -> Case:
     y = torch.softmax(x, dim)
     v = torch.randn(y.shape, generator=seeded(seed), dtype=x.dtype)
-    return Case((y, v, dim), f"{label}, softmax over dim={dim} ({_dtype_name(x.dtype)})")
+    return Case((y, v, dim), _("{label}, softmax over dim={dim} ({dtype_name})").format(label=label, dim=dim, dtype_name=_dtype_name(x.dtype)))  # fmt: skip
 
 
 def _softmax_cases() -> list[Case]:
@@ -143,20 +143,20 @@ def _softmax_cases() -> list[Case]:
         ((3, 4), -1, torch.float32, 5),
     ]:
         x = torch.randn(*shape, generator=seeded(seed), dtype=dtype) * 1.5
-        cases.append(_softmax_case(x, dim, f"y of shape {shape}", seed + 100))
+        cases.append(_softmax_case(x, dim, _("y of shape {shape}").format(shape=shape), seed + 100))
     # Rows of very different ranges: the second row is almost one-hot, with entries that underflow to 0.
     x = torch.randn(2, 5, generator=seeded(6), dtype=torch.float32) * torch.tensor([[1.0], [80.0]])
-    cases.append(_softmax_case(x, -1, "y of shape (2, 5) whose rows have very different ranges", 106))
+    cases.append(_softmax_case(x, -1, _("y of shape (2, 5) whose rows have very different ranges"), 106))
     # A transposed view: strides that code using .view() or assuming the last dim is contiguous gets wrong.
-    y, v, _ = _softmax_case(torch.randn(5, 3, generator=seeded(7), dtype=torch.float64), 0, "", 107).args
-    label = "y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)"
+    y, v, _dim = _softmax_case(torch.randn(5, 3, generator=seeded(7), dtype=torch.float64), 0, "", 107).args
+    label = _("y of shape (3, 5), non-contiguous (a transposed view), softmax over dim=1 (float64)")
     cases.append(Case((y.mT, v.mT.contiguous(), 1), label))
     return cases
 
 
 def _softmax_large() -> Case:
     x = torch.randn(2, 1024, generator=seeded(8), dtype=torch.float64)
-    return _softmax_case(x, -1, "y of shape (2, 1024)", 108)
+    return _softmax_case(x, -1, _("y of shape (2, 1024)"), 108)
 
 
 _SOFTMAX_HINTS = {
@@ -211,7 +211,7 @@ def _sum_to_shape_reference(grad, shape):
 
 def _sum_to_shape_case(grad: torch.Tensor, shape: tuple, note: str = "") -> Case:
     copies = grad.numel() // max(math.prod(shape), 1)
-    label = f"grad of shape {tuple(grad.shape)}{note} → b of shape {shape} ({_dtype_name(grad.dtype)})"
+    label = _("grad of shape {shape}{note} → b of shape {shape2} ({dtype_name})").format(shape=tuple(grad.shape), note=note, shape2=shape, dtype_name=_dtype_name(grad.dtype))  # fmt: skip
     return Case((grad, shape), label, context={"batch_size": copies})
 
 
@@ -231,7 +231,7 @@ def _sum_to_shape_cases() -> list[Case]:
     ]:
         cases.append(_sum_to_shape_case(torch.randn(*out_shape, generator=seeded(seed), dtype=dtype), shape))
     grad = torch.randn(4, 3, generator=seeded(20), dtype=torch.float64).mT
-    cases.append(_sum_to_shape_case(grad, (3, 1), ", non-contiguous"))
+    cases.append(_sum_to_shape_case(grad, (3, 1), _(", non-contiguous")))
     return cases
 
 
@@ -358,7 +358,7 @@ def _hvp_case(label, f, shapes, dtype, seed) -> Case:
     gen = seeded(seed)
     params = [torch.randn(*s, generator=gen, dtype=dtype) for s in shapes]
     vs = [torch.randn(*s, generator=gen, dtype=dtype) for s in shapes]
-    return Case((f, params, vs), f"{label}, parameter shapes {[tuple(s) for s in shapes]} ({_dtype_name(dtype)})")
+    return Case((f, params, vs), _("{label}, parameter shapes {value} ({dtype_name})").format(label=label, value=[tuple(s) for s in shapes], dtype_name=_dtype_name(dtype)))  # fmt: skip
 
 
 def _hvp_cases() -> list[Case]:

@@ -247,7 +247,7 @@ def check_inplace_chain(chain_inplace) -> None:
     learner = LearnerCall(chain_inplace, "chain_inplace", frozen_inputs=False)  # h is checked below, its version too
     gen = torch.Generator().manual_seed(40)
     for shape in ((5,), (3, 4)):
-        label = f"h of shape {shape}"
+        label = _("h of shape {shape}").format(shape=shape)
         x = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
         h = x * 1
         h_before, h_version = h.detach().clone(), version(h)
@@ -356,7 +356,7 @@ def check_ema(init_ema, ema_update_) -> None:
     update = LearnerCall(ema_update_, "ema_update_", error_hints=EMA_HINTS["in-graph"], frozen_inputs=False)
     for seed, decay in ((0, 0.9), (1, 0.99)):
         model = _model(seed)
-        label = f"a 2-layer model (seed {seed}), decay {decay}"
+        label = _("a 2-layer model (seed {seed}), decay {decay}").format(seed=seed, decay=decay)
         ema = init.on(label)(model)
         names = [n for n, _ in model.named_parameters()]
         if not isinstance(ema, dict) or sorted(ema) != sorted(names):

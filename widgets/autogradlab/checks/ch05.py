@@ -272,11 +272,11 @@ def check_linear_relu(LinearReLU) -> None:
 def _softplus_cases() -> list[Case]:
     gen = seeded(51)
     return [
-        Case((_f64(4, 5, gen=gen, scale=3),), "x of shape (4, 5), values around ±3"),
-        Case((_f64(2, 3, 4, gen=gen),), "x of shape (2, 3, 4)"),
-        Case((_f64(3, 4, gen=gen, scale=10, shift=1000.0),), "large x (around +1000) of shape (3, 4)"),
-        Case((_f64(2, 3, gen=gen, scale=5, shift=-60.0),), "very negative x (around −60) of shape (2, 3)"),
-        Case((_f64(5, 3, gen=gen, scale=2).T,), "a non-contiguous x (a transposed (5, 3) tensor)"),
+        Case((_f64(4, 5, gen=gen, scale=3),), _("x of shape (4, 5), values around ±3")),
+        Case((_f64(2, 3, 4, gen=gen),), _("x of shape (2, 3, 4)")),
+        Case((_f64(3, 4, gen=gen, scale=10, shift=1000.0),), _("large x (around +1000) of shape (3, 4)")),
+        Case((_f64(2, 3, gen=gen, scale=5, shift=-60.0),), _("very negative x (around −60) of shape (2, 3)")),
+        Case((_f64(5, 3, gen=gen, scale=2).T,), _("a non-contiguous x (a transposed (5, 3) tensor)")),
     ]
 
 
@@ -305,7 +305,7 @@ BUILD_IT_YOURSELF = OffLimits(
 def _check_softplus_precision(apply: Callable, name: str) -> None:
     """For very negative x, softplus(x) ≈ eˣ is tiny: an answer off by 100% of it hides under any absolute tolerance."""
     x = torch.tensor([-20.0, -40.0, -300.0], dtype=torch.float64)
-    got = LearnerCall(apply, name, BUILD_IT_YOURSELF).on("x = [−20, −40, −300]")(x).detach()
+    got = LearnerCall(apply, name, BUILD_IT_YOURSELF).on(_("x = [−20, −40, −300]"))(x).detach()
     relative = float(((got - F.softplus(x)).abs() / F.softplus(x)).max())
     if not relative <= 1e-12:
         detail = _("For x = [−20, −40, −300] the true values are about [2.1e−9, 4.2e−18, 5.1e−131]; yours are {yours} (relative error {relative:.3g}).").format(yours=[float(f'{v:.3g}') for v in got], relative=relative)  # fmt: skip
@@ -350,11 +350,11 @@ def _norm_cases() -> list[Case]:
     zero_row, three_d, column = _f64(4, 3, gen=gen), _f64(2, 3, 4, gen=gen), _f64(3, 1, gen=gen)
     zero_row[2], three_d[1, 0], column[1] = 0.0, 0.0, 0.0
     return [
-        Case((_f64(5, 3, gen=gen),), "x of shape (5, 3)"),
-        Case((zero_row,), "x of shape (4, 3) whose row 2 is all zeros"),
-        Case((_f64(1, 5, gen=gen),), "x of shape (1, 5)"),
-        Case((column,), "x of shape (3, 1) with a zero in row 1"),
-        Case((three_d,), "x of shape (2, 3, 4) with one all-zero row"),
+        Case((_f64(5, 3, gen=gen),), _("x of shape (5, 3)")),
+        Case((zero_row,), _("x of shape (4, 3) whose row 2 is all zeros")),
+        Case((_f64(1, 5, gen=gen),), _("x of shape (1, 5)")),
+        Case((column,), _("x of shape (3, 1) with a zero in row 1")),
+        Case((three_d,), _("x of shape (2, 3, 4) with one all-zero row")),
     ]
 
 
@@ -439,10 +439,10 @@ def _ste_cases() -> list[Case]:
     gen = seeded(53)
     edges = torch.tensor([-1.5, -1.0, -0.5, 0.0, 0.25, 1.0, 1.0001, 3.0], dtype=torch.float64)
     return [
-        Case((_f64(4, 5, gen=gen, scale=1.5),), "x of shape (4, 5), values around ±1.5"),
-        Case((edges,), "x = [−1.5, −1, −0.5, 0, 0.25, 1, 1.0001, 3] (the edges: 0 and exactly ±1)"),
-        Case((_f64(2, 1, 3, gen=gen, scale=2),), "x of shape (2, 1, 3)"),
-        Case((_f64(3, 4, gen=gen).T,), "a non-contiguous x (a transposed (3, 4) tensor)"),
+        Case((_f64(4, 5, gen=gen, scale=1.5),), _("x of shape (4, 5), values around ±1.5")),
+        Case((edges,), _("x = [−1.5, −1, −0.5, 0, 0.25, 1, 1.0001, 3] (the edges: 0 and exactly ±1)")),
+        Case((_f64(2, 1, 3, gen=gen, scale=2),), _("x of shape (2, 1, 3)")),
+        Case((_f64(3, 4, gen=gen).T,), _("a non-contiguous x (a transposed (3, 4) tensor)")),
     ]
 
 

@@ -36,8 +36,8 @@ def _flat(model) -> torch.Tensor:
 
 # One set-up clips on every step (the gradient norm is about 0.6 to 1.6), the other never does.
 STEP_SETUPS = (
-    (0, 0.25, "max_norm = 0.25, below the gradient norm"),
-    (1, 2.0, "max_norm = 2.0, above the gradient norm"),
+    (0, 0.25, N_("max_norm = 0.25, below the gradient norm")),
+    (1, 2.0, N_("max_norm = 2.0, above the gradient norm")),
 )
 
 
@@ -203,11 +203,11 @@ def check_train_step(train_step: Callable) -> None:
     learner = LearnerCall(train_step, "train_step", error_hints={"no_graph": NO_GRAPH_HINT}, frozen_inputs=False)
     for seed, max_norm, setting in STEP_SETUPS:
         run = lambda step, seed=seed, max_norm=max_norm: _run_steps(step, seed, max_norm)
-        runs = run_variants(run, learner.on(f"a step ({setting})"), _reference_step, TRAIN_STEP_VARIANTS)
+        runs = run_variants(run, learner.on(_("a step ({setting})").format(setting=_(setting))), _reference_step, TRAIN_STEP_VARIANTS)  # fmt: skip
         for i, ((returned, state, changed), (expected, reference, _changed)) in enumerate(
             zip(runs.learner, runs.reference)
         ):
-            label = f"step {i + 1} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)"
+            label = _("step {i} of 3 ({setting}; Adam, Linear-Tanh-Dropout-Linear, float64)").format(i=i + 1, setting=_(setting))  # fmt: skip
             if changed:
                 summary = _("`train_step` changed the caller's batch for {label}.").format(label=label)
                 raise _step_error(summary, "batch-changed", "changed-input")
@@ -315,10 +315,10 @@ def _evaluate_reference(model, batches, loss_fn) -> float:
 
 # (label, how the model comes in): train mode, eval mode, and fine-tuning with a frozen BatchNorm kept in eval.
 EVAL_SETUPS = (
-    ("train", "in train mode"),
-    ("eval", "in eval mode"),
-    ("mixed", "in train mode with its BatchNorm kept in eval mode (a frozen layer during fine-tuning)"),
-)
+    ("train", N_("in train mode")),
+    ("eval", N_("in eval mode")),
+    ("mixed", N_("in train mode with its BatchNorm kept in eval mode (a frozen layer during fine-tuning)")),
+)  # fmt: skip
 EVAL_HINTS = {
     "graph": N_("run the loop under `torch.no_grad()` (or `torch.inference_mode()`); eval() alone does not turn gradients off, and detaching the output afterwards does not undo the graph the forward pass recorded."),
     "batch-changed": N_("compute on the batches, never in place."),
@@ -369,7 +369,7 @@ def check_evaluate(evaluate: Callable) -> None:
             model[1].eval()
         modes, state = [m.training for m in model.modules()], copy.deepcopy(model.state_dict())
         kept, recorded = [(x.clone(), y.clone()) for x, y in batches], []  # recorded: was autograd recording?
-        label = f"a Linear-BatchNorm-ReLU-Dropout-Linear model {described}, batches of 5, 3, 7"
+        label = _("a Linear-BatchNorm-ReLU-Dropout-Linear model {described}, batches of 5, 3, 7").format(described=_(described))  # fmt: skip
 
         def loss_fn(outputs, targets, log=recorded):  # an MSE (batch mean) that watches
             log.append(torch.is_grad_enabled() and outputs.requires_grad)
@@ -453,7 +453,7 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
     """
     save = LearnerCall(save_state, "save_state", COURSE_OFF, frozen_inputs=False)
     load = LearnerCall(load_state, "load_state", COURSE_OFF, frozen_inputs=False)
-    label = "2 epochs of AdamW + StepLR on a model with Dropout, shuffled by the loader's own generator, checkpoint, 2 more epochs"
+    label = _("2 epochs of AdamW + StepLR on a model with Dropout, shuffled by the loader's own generator, checkpoint, 2 more epochs")  # fmt: skip
     with torch.random.fork_rng(devices=[]):
         for epochs in (4, 2):  # uninterrupted, then the run that is checkpointed after 2 epochs
             run = setups.resume_setup(0)
@@ -470,19 +470,19 @@ def check_resume(save_state: Callable, load_state: Callable) -> None:
         if not untouched or not torch.equal(at_save["end"], expected):
             summary = _("`save_state` changed the run it saved: after it, training did not continue as it would have without a checkpoint.")  # fmt: skip
             raise ExerciseError("contract", summary, hint=RESUME_HINTS["changed-run"], mistake="changed-run")
-        for attempt in ("first resume", "second resume from the same checkpoint"):
+        for attempt in (N_("first resume"), N_("second resume from the same checkpoint")):
             fresh = setups.resume_setup(attempt.startswith("second") + 1)  # other initial weights
             torch.manual_seed(1234)  # and another global RNG state, as in a new process
-            load.on(attempt)(checkpoint, *fresh)
+            load.on(_(attempt))(checkpoint, *fresh)
             part = _restored_wrong(fresh, at_save)
             if part is None:
                 setups.resume_train(*fresh, epochs=2)
                 if torch.equal(_flat(fresh[0]), expected):
                     continue
             diff = float((_flat(fresh[0]) - expected).abs().max())
-            summary = _("after load_state ({attempt}) the run is not bit-exact (max |Δparameter| = {diff:.3g} after 2 more epochs).").format(attempt=attempt, diff=diff)  # fmt: skip
+            summary = _("after load_state ({attempt}) the run is not bit-exact (max |Δparameter| = {diff:.3g} after 2 more epochs).").format(attempt=_(attempt), diff=diff)  # fmt: skip
             if part:
-                summary = _("after load_state ({attempt}) the run is not bit-exact: the {part} part is not as it was at the checkpoint.").format(attempt=attempt, part=part)  # fmt: skip
+                summary = _("after load_state ({attempt}) the run is not bit-exact: the {part} part is not as it was at the checkpoint.").format(attempt=_(attempt), part=part)  # fmt: skip
             if attempt.startswith("second"):
                 summary = _("the first resume was bit-exact, but loading the same checkpoint again restored other {part}: training after the first resume changed the checkpoint.").format(part=part or _("state"))  # fmt: skip
             mistake = "shared-checkpoint" if attempt.startswith("second") else (part or "not-exact")
