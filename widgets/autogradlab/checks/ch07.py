@@ -144,7 +144,7 @@ def _fail(mistake: str | None, learner: LearnerCall | None, said: str | None = N
     """The error for ``mistake`` (None: a type error without a named slip), summary ``SAID[said or mistake]``."""
     summary = _said(said or mistake, **({"name": learner.name, "label": learner.label} if learner else {}), **values)
     kind = _KINDS.get(mistake, "contract") if mistake else "type"
-    return ExerciseError(kind, summary, hint=mistake and _(HINTS[mistake]), mistake=mistake)
+    return ExerciseError(kind, summary, hint=mistake and HINTS[mistake], mistake=mistake)
 
 
 def _variants(make: Callable, names: str) -> tuple:
@@ -213,7 +213,7 @@ def _compare_naming_variant(got, expected, runs: Runs, same: Callable, what: str
         compare(got, expected, what=what, label=label, context=context)
     except ExerciseError as error:
         slip = runs.closest(same)
-        raise (error.but(hint=_(slip.hint), mistake=slip.name) if slip else error) from None
+        raise (error.but(hint=slip.hint, mistake=slip.name) if slip else error) from None
 
 
 def _same_first(got, wrong) -> bool:

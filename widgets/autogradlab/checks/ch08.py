@@ -12,7 +12,6 @@ import functools
 import importlib
 import math
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -189,7 +188,7 @@ def check_loss_scale_after(loss_scale_after) -> None:
             measured, summary = {"got": float(got), "expected": expected}, _said("scale-wrong", label=label)
             detail = _said("scale-measured", **measured)
             raise ExerciseError(
-                "value", summary, detail=detail, hint=_(SCALE_HINTS[slip]), mistake=slip, measured=measured
+                "value", summary, detail=detail, hint=SCALE_HINTS[slip], mistake=slip, measured=measured
             )
     passed(_said("scale-passed", n=len(SCALE_CASES)))
 
@@ -347,7 +346,7 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
         for mistake in (m for m, happened in contract.items() if happened):
             said = mistake if mistake in SAID else "changed"
             summary = _said(said, head=head, used=", ".join(map(str, used)), dtype=dtype)
-            raise ExerciseError("contract", summary, hint=_(TWO_HINTS[mistake]), mistake=mistake)
+            raise ExerciseError("contract", summary, hint=TWO_HINTS[mistake], mistake=mistake)
         if any(not isinstance(loss, float) for loss in got["losses"]):
             kinds = ", ".join(sorted({type(loss).__name__ for loss in got["losses"]}))
             raise ExerciseError("type", _said("loss-not-float", head=head, kinds=kinds), mistake="loss-not-float")
@@ -364,7 +363,7 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
             "scale-differs": got["scales"] != ref["scales"],
         }
         mistake = slip.name if slip else next((m for m, seen in symptoms.items() if seen), None)
-        hint, summary = _(TWO_HINTS[mistake]), _said("two-wrong", head=head)
+        hint, summary = TWO_HINTS[mistake], _said("two-wrong", head=head)
         raise ExerciseError("value", summary, detail=detail, hint=hint, mistake=mistake, measured=measured)
     passed(_said("two-passed", runs=len(TWO_CASES), steps=sum(case[2] for case in TWO_CASES)))
 
@@ -475,6 +474,6 @@ def check_adam_first_update(adam_first_update) -> None:
         _adam_first_update_reference,
         adam_cases,
         name="adam_first_update",
-        mistakes=[replace(m, hint=_(m.hint)) for m in consistent or ADAM_MISTAKES],
+        mistakes=consistent or ADAM_MISTAKES,
         off_limits=ADAM_OFF_LIMITS,
     )

@@ -166,11 +166,6 @@ def _hint(table: dict, key: str) -> str:
     return _(table[key]).format(clip=CLIP_NORM, limit=HEAD_LIMIT)
 
 
-def _hints(table: dict) -> dict:
-    """``table``'s hints in the learner's language, for a LearnerCall's ``error_hints``."""
-    return {key: _hint(table, key) for key in table}
-
-
 def _named(mistake: str, table: dict, kind: str = "contract", **values) -> ExerciseError:
     """The error for the slip ``mistake``: summary ``SAID[mistake]`` filled in with ``values``, hint from ``table``."""
     return ExerciseError(kind, _said(mistake, **values), hint=_hint(table, mistake), mistake=mistake)
@@ -305,8 +300,8 @@ def check_repaired_convnet(cls) -> None:
     >>> check_repaired_convnet(Fixed)  # doctest: +ELLIPSIS
     ✓ RepairedConvNet: same logits and gradients as the reference ...
     """
-    name, hints = "RepairedConvNet", _hints(FORWARD_ERROR_HINTS)
-    off_limits = OffLimits(course=(CASE_DATA,), why=_(FORWARD_WHY))
+    name, hints = "RepairedConvNet", FORWARD_ERROR_HINTS
+    off_limits = OffLimits(course=(CASE_DATA,), why=FORWARD_WHY)
     cases = [(0, 6, torch.float32), (1, 1, torch.float32), (2, 5, torch.float64)]
     for seed, n, dtype in cases:
         torch.manual_seed(seed)
@@ -329,7 +324,6 @@ def check_repaired_convnet(cls) -> None:
         expected = min(accepted, key=lambda e: float((got - e.detach()).abs().max()) if _same_shape(got, e) else 1e9)
         wrong = {m: reference.head(m.compute(f)).squeeze(1).detach() for m in FORWARD_MISTAKES}
         wrong[NO_SQUEEZE] = expected.detach().unsqueeze(1)
-        wrong = {replace(m, hint=_(m.hint)): value for m, value in wrong.items()}
         compare(got, expected.detach(), what=_said("logits-what", name=name), label=label, mistakes=wrong)
         if len(captured) != 1:
             raise ExerciseError("contract", _said("features-once", name=name, n=len(captured)))
@@ -347,8 +341,7 @@ def check_repaired_convnet(cls) -> None:
         for pname, g, rg, dg in zip(dict(model.named_parameters()), grads, expected_grads, data_grads):
             if g is None:
                 raise _named("no-gradient", _CONVNET_HINTS, param=pname, name=name, label=label)
-            what, data_write = _said("gradient-what", param=pname), replace(DATA_WRITE, hint=_(DATA_WRITE.hint))
-            compare(g, rg, what=what, label=label, mistakes={data_write: dg})
+            compare(g, rg, what=_said("gradient-what", param=pname), label=label, mistakes={DATA_WRITE: dg})
         _check_logged(model, *captured[0], name, label)
     model, optimizer = conv_setup(0, cls)
     scaler, data = torch.amp.GradScaler("cpu"), batches_of(*stripes(384, seed=7), 32)
@@ -427,8 +420,8 @@ def check_amp_step(amp_step) -> None:
     >>> check_amp_step(reference_amp_step)  # doctest: +ELLIPSIS
     ✓ amp_step: doctor silent, ...
     """
-    name, off_limits = "amp_step", OffLimits(course=(CASE_DATA,), why=_(AMP_WHY))
-    learner = LearnerCall(amp_step, name, off_limits, _hints(AMP_ERROR_HINTS), frozen_inputs=False)
+    name, off_limits = "amp_step", OffLimits(course=(CASE_DATA,), why=AMP_WHY)
+    learner = LearnerCall(amp_step, name, off_limits, AMP_ERROR_HINTS, frozen_inputs=False)
     data = batches_of(*stripes(384, seed=3), 32)
     (model, optimizer), scaler = conv_setup(0), torch.amp.GradScaler("cpu")
     first = _one_step(learner.on(_said("first-batch")), model, optimizer, scaler, data[0], {"updates": 0})
@@ -504,8 +497,8 @@ def check_untrained_leaves(untrained_leaves) -> None:
     >>> check_untrained_leaves(reference)  # doctest: +ELLIPSIS
     ✓ untrained_leaves: ...
     """
-    name, hints = "untrained_leaves", _hints(LEAF_ERROR_HINTS)
-    off_limits = replace(BY_HAND, course=("autogradlab.models.doctor", "autogradlab.graph"), why=_(LEAVES_WHY))
+    name, hints = "untrained_leaves", LEAF_ERROR_HINTS
+    off_limits = replace(BY_HAND, course=("autogradlab.models.doctor", "autogradlab.graph"), why=LEAVES_WHY)
     cases = leaf_cases()
     for label, build in cases:
         model, loss, expected = build()

@@ -14,14 +14,14 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from autogradlab.checks.core import ExerciseError, LearnerCall, Mistake, OffLimits, close, compare, mistakes, passed
+from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, mistakes, passed
 from autogradlab.i18n import N_, _
 from autogradlab.models.doctor import Report, diagnose
 from autogradlab.models.four_checks import (
@@ -123,15 +123,10 @@ def _said(key: str, **values) -> str:
 
 def _named(mistake: str, table: dict, kind: str = "contract", said: str | None = None, **values) -> ExerciseError:
     """The error for the slip ``mistake``: summary ``SAID[said or mistake]`` filled in with ``values``, hint from ``table``."""
-    return ExerciseError(kind, _said(said or mistake, **values), hint=_(table[mistake]), mistake=mistake)
+    return ExerciseError(kind, _said(said or mistake, **values), hint=table[mistake], mistake=mistake)
 
 
-def _translated(mistake: Mistake) -> Mistake:
-    return replace(mistake, hint=_(mistake.hint))
-
-
-def _own_loop() -> OffLimits:
-    return OffLimits(course=("autogradlab.models.four_checks",), why=_(OWN_WHY))
+_OWN_LOOP = OffLimits(course=("autogradlab.models.four_checks",), why=OWN_WHY)
 
 
 # --------------------------------------------------------------------------- exercise 1: overfit one batch
@@ -185,7 +180,7 @@ def _changed(before: dict[str, list], model: torch.nn.Module) -> str | None:
 def check_overfit_one_batch(overfit_one_batch) -> None:
     """Check ``overfit_one_batch(model, loss_fn, batch, steps, lr)`` against the exercise's contract."""
     name = "overfit_one_batch"
-    learner = LearnerCall(overfit_one_batch, name, _own_loop())
+    learner = LearnerCall(overfit_one_batch, name, _OWN_LOOP)
     cases = [(0, 8, "eval"), (1, 5, "train")]
     for seed, n, mode in cases:
         torch.manual_seed(seed)
@@ -207,7 +202,6 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
             raise _named("tensors", _OUTSIDE_HINTS, "type", name=name, label=label)
         if not close(torch.tensor(got), expected):
             wrong = {m: m.compute(copy.deepcopy(model), F.cross_entropy, (x, y), 60, 2e-2) for m in OVERFIT_MISTAKES}
-            wrong = {_translated(m): value for m, value in wrong.items()}
             compare(torch.tensor(got), expected, what=_said("losses-what", name=name), label=label, mistakes=wrong)
     passed(_said("overfit-passed", name=name, n=len(cases), loss=float(expected[-1])))
 
@@ -259,7 +253,7 @@ def check_batch_dependencies(batch_dependencies) -> None:
     autogradlab.checks.core.ExerciseError: `batch_dependencies` used autogradlab.models.four_checks.dependencies ...
     """
     name, mixing = "batch_dependencies", 0
-    learner = LearnerCall(batch_dependencies, name, _own_loop())
+    learner = LearnerCall(batch_dependencies, name, _OWN_LOOP)
     for label, build, shape, training in _DEPENDENCY_CASES:
         label = _(label)
         torch.manual_seed(0)
@@ -272,7 +266,7 @@ def check_batch_dependencies(batch_dependencies) -> None:
             raise _named(f"changed-{part}", _DEPENDENCY_HINTS, said="changed", name=name, part=part, label=label)
         if x_given.requires_grad or x_given.grad is not None:
             raise _named("x-requires-grad", _DEPENDENCY_HINTS, "changed-input", name=name, label=label)
-        wrong = {_translated(m): m.compute(copy.deepcopy(model), x) for m in DEPENDENCY_MISTAKES}
+        wrong = {m: m.compute(copy.deepcopy(model), x) for m in DEPENDENCY_MISTAKES}
         got = got.detach() if isinstance(got, torch.Tensor) else got
         expected = expected.to(got.dtype) if isinstance(got, torch.Tensor) else expected
         compare(got, expected, what=f"`{name}`", label=label, mistakes=wrong, check_dtype=False)

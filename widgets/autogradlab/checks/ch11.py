@@ -104,10 +104,6 @@ def _said(key: str, **values) -> str:
     return _(SAID[key]).format(**values)
 
 
-def _hint(table: dict, key: str | None) -> str | None:
-    return _(table[key]) if key in table else None
-
-
 # --------------------------------------------------------------------------- exercise 1: saved memory from the graphs
 
 
@@ -195,9 +191,7 @@ def check_saved_bytes(saved_bytes) -> None:
         detail = _said("saved-values", values=values)
         slip = candidates[0].id if candidates else None
         measured = {"got": got, "expected": measured.total}
-        raise ExerciseError(
-            "value", summary, detail=detail, hint=_hint(SAVED_HINTS, slip), mistake=slip, measured=measured
-        )
+        raise ExerciseError("value", summary, detail=detail, hint=SAVED_HINTS[slip], mistake=slip, measured=measured)
     passed(_said("bytes-passed", n=len(SAVED_CASES)))
 
 
@@ -269,7 +263,7 @@ def check_step_without_breaks(step_without_breaks) -> None:
         slip = next((m.id for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), got)), None)
         what = "loss" if not close(got[0], expected[0]) else "gradients"
         summary = _said(what, label=label, got=got[0].item(), expected=expected[0].item())
-        raise ExerciseError("value", summary, hint=_hint(STEP_HINTS, slip), mistake=slip)
+        raise ExerciseError("value", summary, hint=STEP_HINTS.get(slip), mistake=slip)
     model, x, y = step_case("clamped, large loss")
     with quiet_print():
         found = graph_breaks(step_without_breaks, model, x, y)
@@ -277,7 +271,7 @@ def check_step_without_breaks(step_without_breaks) -> None:
         first = found.breaks[0]
         kind = _break_kind(first.reason, first.line)
         summary = _said("breaks", graphs=found.graphs, n=len(found.breaks), line=first.line, reason=first.reason)
-        raise ExerciseError("graph-break", summary, hint=_hint(BREAK_HINTS, kind), mistake=kind)
+        raise ExerciseError("graph-break", summary, hint=BREAK_HINTS.get(kind), mistake=kind)
     torch.compiler.reset()
     try:  # fullgraph=True raises at any break, also one the explanation did not list
         with quiet(), quiet_print():
@@ -395,6 +389,6 @@ def check_checkpoint_policy(policy) -> None:
             _said("policy-wrong", label=label, **measured),
             "over-budget" if saved > budget else "too-much-recompute",
         )
-        hint, detail = _hint(POLICY_HINTS, slip), _said(symptom)
+        hint, detail = POLICY_HINTS.get(slip), _said(symptom)
         raise ExerciseError("contract", summary, detail=detail, hint=hint, mistake=slip or symptom, measured=measured)
     passed(_said("policy-passed", n=len(POLICY_CASES)))
