@@ -4,7 +4,8 @@
 calls its ``backward`` directly, so a gradient of the wrong shape is seen before autograd would silently sum
 it to the input's shape, compares each gradient with autograd's gradient of the reference (naming a typical
 wrong backward when the answer matches one), and runs ``torch.autograd.gradcheck`` itself. Both styles of
-Function pass: ``forward(ctx, ...)`` and ``forward(...)`` with ``setup_context``.
+Function pass: ``forward(ctx, ...)`` and ``forward(...)`` with ``setup_context``. The exercises' right and
+wrong answers live in tests/test_checks_ch05.py, not in these docstrings (``help()`` would show them to learners).
 
 >>> class Square(torch.autograd.Function):
 ...     @staticmethod
@@ -236,23 +237,7 @@ def _saves_float_output(saved: list, out: torch.Tensor) -> Mistake | None:
 
 
 def check_linear_relu(LinearReLU) -> None:
-    """Check ``LinearReLU.apply(x, W, b)`` = relu(x @ W + b), a fused layer whose backward reads a bool mask.
-
-    >>> class LinearReLU(torch.autograd.Function):
-    ...     @staticmethod
-    ...     def forward(ctx, x, W, b):
-    ...         out = torch.relu(x @ W + b)
-    ...         ctx.save_for_backward(x, W, out > 0)
-    ...         return out
-    ...     @staticmethod
-    ...     def backward(ctx, G):
-    ...         x, W, mask = ctx.saved_tensors
-    ...         G = G * mask
-    ...         need_x, need_W, need_b = ctx.needs_input_grad
-    ...         return (G @ W.T if need_x else None), (x.T @ G if need_W else None), (G.sum(0) if need_b else None)
-    >>> check_linear_relu(LinearReLU)
-    ✓ LinearReLU: forward, backward and gradcheck pass on 7 inputs
-    """
+    """Check ``LinearReLU.apply(x, W, b)`` = relu(x @ W + b), a fused layer whose backward reads a bool mask."""
     check_autograd_function(
         LinearReLU,
         name="LinearReLU",
@@ -315,20 +300,7 @@ def _check_softplus_precision(apply: Callable, name: str) -> None:
 
 
 def check_softplus_function(StableSoftplus) -> None:
-    """Check ``StableSoftplus.apply(x)`` = log(1 + eˣ) element-wise: stable and precise for any x, with its backward.
-
-    >>> class StableSoftplus(torch.autograd.Function):
-    ...     @staticmethod
-    ...     def forward(ctx, x):
-    ...         ctx.save_for_backward(x)
-    ...         return x.clamp_min(0) + torch.log1p(torch.exp(-x.abs()))
-    ...     @staticmethod
-    ...     def backward(ctx, grad):
-    ...         (x,) = ctx.saved_tensors
-    ...         return grad * torch.sigmoid(x)
-    >>> check_softplus_function(StableSoftplus)
-    ✓ StableSoftplus: forward, backward and gradcheck pass on 5 inputs
-    """
+    """Check ``StableSoftplus.apply(x)`` = log(1 + eˣ) element-wise: stable and precise for any x, with its backward."""
     check_autograd_function(
         StableSoftplus,
         name="StableSoftplus",
@@ -402,22 +374,7 @@ def _check_norm_double_backward(apply: Callable, name: str) -> None:
 
 
 def check_safe_norm_function(SafeNorm) -> None:
-    """Check ``SafeNorm.apply(x)`` = ‖x‖ over the last dim, whose gradient is 0 (not NaN) where x is all zeros.
-
-    >>> class SafeNorm(torch.autograd.Function):
-    ...     @staticmethod
-    ...     def forward(ctx, x):
-    ...         norm = x.pow(2).sum(-1).sqrt()
-    ...         ctx.save_for_backward(x, norm)
-    ...         return norm
-    ...     @staticmethod
-    ...     def backward(ctx, grad):
-    ...         x, norm = ctx.saved_tensors
-    ...         safe = torch.where(norm > 0, norm, 1.0).unsqueeze(-1)
-    ...         return grad.unsqueeze(-1) * torch.where(norm.unsqueeze(-1) > 0, x / safe, 0.0)
-    >>> check_safe_norm_function(SafeNorm)
-    ✓ SafeNorm: forward, backward and gradcheck pass on 5 inputs
-    """
+    """Check ``SafeNorm.apply(x)`` = ‖x‖ over the last dim, whose gradient is 0 (not NaN) where x is all zeros."""
     check_autograd_function(
         SafeNorm,
         name="SafeNorm",
@@ -481,18 +438,6 @@ def check_clipped_sign_ste(ClippedSignSTE) -> None:
     """Check ``ClippedSignSTE.apply(x)``: forward ``torch.sign(x)``, backward grad_output where |x| ≤ 1, else 0.
 
     gradcheck does not apply: the backward is deliberately not the derivative of the forward.
-
-    >>> class ClippedSignSTE(torch.autograd.Function):
-    ...     @staticmethod
-    ...     def forward(ctx, x):
-    ...         ctx.save_for_backward(x.abs() <= 1)
-    ...         return torch.sign(x)
-    ...     @staticmethod
-    ...     def backward(ctx, grad):
-    ...         (inside,) = ctx.saved_tensors
-    ...         return grad * inside
-    >>> check_clipped_sign_ste(ClippedSignSTE)
-    ✓ ClippedSignSTE: forward and backward match their definition on 4 inputs
     """
     check_autograd_function(
         ClippedSignSTE,
