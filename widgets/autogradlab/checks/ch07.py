@@ -180,9 +180,8 @@ class _Trace(contextlib.ExitStack):
         if n == 0 and needed:
             raise _fail("no-backward", learner, "backwards", n=n)
         if alive > 2:
-            raise _fail(
-                "one-backward-per-window" if n < needed else "forwards-first", learner, "alive", n=n, alive=alive
-            )
+            slip = "one-backward-per-window" if n < needed else "forwards-first"
+            raise _fail(slip, learner, "alive", n=n, alive=alive)
         if not needed <= n <= allowed:
             raise _fail("backward-count", learner, n=n, needed=needed)
 
@@ -234,9 +233,8 @@ def _loop_variant(kind: str):
             size = min(accum_steps, n - i + i % accum_steps)
             if kind == "zero-each":
                 optimizer.zero_grad()
-            (
-                loss_fn(model(x), y) / {"no-divide": 1, "divide-total": n, "partial-by-k": accum_steps}.get(kind, size)
-            ).backward()
+            divide = {"no-divide": 1, "divide-total": n, "partial-by-k": accum_steps}.get(kind, size)
+            (loss_fn(model(x), y) / divide).backward()
             if (i + 1) % accum_steps == 0 or i + 1 == n:
                 optimizer.step()
                 if kind != "never-zero":
@@ -324,9 +322,8 @@ def _token_variant(kind: str):
 
 
 _reference_token_window = _token_variant("right")
-TOKEN_VARIANTS = _variants(
-    _token_variant, "own-mean-k own-mean default-mean-k padding mask-ignored positions running stale-kept logged-mean"
-)
+_TOKEN_SLIPS = "own-mean-k own-mean default-mean-k padding mask-ignored positions running stale-kept logged-mean"
+TOKEN_VARIANTS = _variants(_token_variant, _TOKEN_SLIPS)
 TOKEN_OFF_LIMITS = OffLimits(
     course=("autogradlab.models.token_accumulation",),
     why="build the token mean yourself: autogradlab.models.token_accumulation is the course's reference for it.",
@@ -382,9 +379,7 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
         if not torch.isfinite(got).all():
             raise _fail("empty-micro-batch-nan", learner, "nan-grad")
         tokens_in = sum(m.tokens for m in fresh)
-        _compare_naming_variant(
-            got, expected, runs, _same_first, _said("token-what"), learner.label, num_tokens=tokens_in
-        )
+        _compare_naming_variant(got, expected, runs, _same_first, _said("token-what"), label, num_tokens=tokens_in)
         value = _as_float(logged)
         if value is None:
             raise _fail(None, learner, "not-float", type=type(logged).__name__)
@@ -398,11 +393,8 @@ def check_token_mean_window(accumulate_token_mean: Callable) -> None:
 # --------------------------------------------------------------------------- exercise 3: repair an AMP step over a window
 
 MAX_NORM = 0.5
-AMP_SETUPS = (
-    (0, 3.0, False),
-    (1, 0.05, False),
-    (0, 3.0, True),
-)  # (seed, input scale: ‖g‖ above/below MAX_NORM, overflow)
+# (seed, input scale: ‖g‖ above/below MAX_NORM, overflow)
+AMP_SETUPS = ((0, 3.0, False), (1, 0.05, False), (0, 3.0, True))
 
 
 def _amp_variant(kind: str):
@@ -469,13 +461,12 @@ def check_amp_accumulation_step(amp_accumulation_step: Callable) -> None:
     >>> check_amp_accumulation_step(_amp_reference)
     ✓ amp_accumulation_step: fp16 forward, backward ×K outside autocast, unscale before clip, skipped overflow step, scale updated (clip active and inactive)
     """
+    step = LearnerCall(amp_accumulation_step, "amp_accumulation_step", error_hints=SCALER_ERROR_HINTS)
     for seed, input_scale, overflow in AMP_SETUPS:
         norm = _true_grad_norm(seed, input_scale)
         case = _said("amp-clip", norm=norm, sign=">" if norm > MAX_NORM else "<", max_norm=MAX_NORM)
         label = _said("amp-label", scale=cases.AMP_INIT_SCALE, case=_said("amp-overflow") if overflow else case)
-        learner = LearnerCall(
-            amp_accumulation_step, "amp_accumulation_step", error_hints=SCALER_ERROR_HINTS, label=label
-        )
+        learner = step.on(label)
         run = functools.partial(_run_amp, seed=seed, input_scale=input_scale, overflow=overflow)
         runs = run_variants(run, learner, _amp_reference, AMP_VARIANTS)
         got, scaler, model, steps, trace, calls = runs.learner
@@ -515,9 +506,8 @@ def _rank_variant(kind: str):
 
 
 _rank_reference = _rank_variant("right")
-RANK_VARIANTS = _variants(
-    _rank_variant, "rank-own-mean rank-count micro-count no-world over-world divide-by-k rank-padding"
-)
+_RANK_SLIPS = "rank-own-mean rank-count micro-count no-world over-world divide-by-k rank-padding"
+RANK_VARIANTS = _variants(_rank_variant, _RANK_SLIPS)
 
 
 def _run_world(step, index: int):
@@ -580,8 +570,6 @@ def check_rank_window_losses(rank_window_losses: Callable) -> None:
         _check_rank_losses(results, inputs, learner)
         total = sum(int(mask.sum()) for rank in fresh for _, mask in rank)
         expected = parameters_to_vector(mask.double() / total for rank in fresh for _, mask in rank)
-        what = _said("world-what")
-        _compare_naming_variant(
-            _token_grads(results, inputs), expected, runs, _same_token_grads, what, label, num_tokens=total
-        )
+        got = _token_grads(results, inputs)
+        _compare_naming_variant(got, expected, runs, _same_token_grads, _said("world-what"), label, num_tokens=total)
     passed(_said("world-passed"))

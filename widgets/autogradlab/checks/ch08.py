@@ -181,15 +181,13 @@ def check_loss_scale_after(loss_scale_after) -> None:
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
             raise ExerciseError("type", _said("scale-type", type=type(got).__name__, label=label))
-        expected = _gradscaler_scale_after(overflows, *settings)
-        if not math.isclose(float(got), expected, rel_tol=1e-6):
+        got, expected = float(got), _gradscaler_scale_after(overflows, *settings)
+        if not math.isclose(got, expected, rel_tol=1e-6):
             slips = {m.id: m.compute(overflows, *settings) for m in SCALE_MISTAKES}
-            slip = next((k for k, value in slips.items() if math.isclose(float(got), value, rel_tol=1e-6)), None)
-            measured, summary = {"got": float(got), "expected": expected}, _said("scale-wrong", label=label)
-            detail = _said("scale-measured", **measured)
-            raise ExerciseError(
-                "value", summary, detail=detail, hint=SCALE_HINTS[slip], mistake=slip, measured=measured
-            )
+            slip = next((k for k, value in slips.items() if math.isclose(got, value, rel_tol=1e-6)), None)
+            measured, summary = {"got": got, "expected": expected}, _said("scale-wrong", label=label)
+            detail, hint = _said("scale-measured", **measured), SCALE_HINTS[slip]
+            raise ExerciseError("value", summary, detail=detail, hint=hint, mistake=slip, measured=measured)
     passed(_said("scale-passed", n=len(SCALE_CASES)))
 
 
@@ -268,9 +266,8 @@ def _run_two(step: Callable, case) -> dict:
     model, optimizers, scaler = cases.two_optimizer_model(seed, scaler)
     batches = cases.regression_micro_batches(seed, steps, size=5, dims=(4, 3), dtype=torch.float32)
     F.mse_loss(model(batches[0][0]), batches[0][1]).backward()  # each part's ‖g‖ at the start sets its max_norm
-    max_norms = [
-        r * float(parameters_to_vector(p.grad for p in model[i].parameters()).norm()) for r, i in zip(ratios, (0, 2))
-    ]
+    norm = lambda i: float(parameters_to_vector(p.grad for p in model[i].parameters()).norm())  # model[i]'s ‖g‖
+    max_norms = [r * norm(i) for r, i in zip(ratios, (0, 2))]
     record = {key: [] for key in ("forward", "backward", "scales", "params", "losses", "steps", "problems")}
     model.register_forward_pre_hook(
         lambda *_: record["forward"].append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
@@ -371,7 +368,7 @@ def check_two_optimizer_step(two_optimizer_step) -> None:
 # --------------------------------------------------------------------------- exercise 3: Adam's first update and the clip bug
 
 
-def _adam_first_update_reference(grad, scale, max_norm, lr, eps, clip_before_unscale):
+def _adam_reference(grad, scale, max_norm, lr, eps, clip_before_unscale):
     """The real thing: a GradScaler-style scaled gradient, clip_grad_norm_, division by S, torch.optim.Adam."""
     p = torch.nn.Parameter(torch.zeros_like(grad))
     p.grad = grad * scale if clip_before_unscale else grad.clone()
@@ -458,22 +455,16 @@ def check_adam_first_update(adam_first_update) -> None:
     >>> check_adam_first_update(lambda g, s, m, lr, eps, bug: _adam_like(_used(g, s, m, bug), lr, eps))
     ✓ adam_first_update matches the reference on 7 inputs
     """
-    adam_cases = _adam_cases()
+    inputs = _adam_cases()
     learner = LearnerCall(adam_first_update, "adam_first_update", ADAM_OFF_LIMITS)
     outputs = []
-    for case in adam_cases:  # several mistakes coincide on some inputs: name the one that agrees on every input
+    for case in inputs:  # several mistakes coincide on some inputs: name the one that agrees on every input
         try:
             outputs.append(learner(*clones(case.args)))
         except ExerciseError:  # reported properly by check_function below
             outputs.append(None)
-    consistent = tuple(
-        m for m in ADAM_MISTAKES if all(_agrees(out, m.compute(*c.args)) for out, c in zip(outputs, adam_cases))
-    )
+    agrees = lambda m: all(_agrees(out, m.compute(*case.args)) for out, case in zip(outputs, inputs))
+    slips = tuple(filter(agrees, ADAM_MISTAKES)) or ADAM_MISTAKES
     check_function(
-        adam_first_update,
-        _adam_first_update_reference,
-        adam_cases,
-        name="adam_first_update",
-        mistakes=consistent or ADAM_MISTAKES,
-        off_limits=ADAM_OFF_LIMITS,
+        adam_first_update, _adam_reference, inputs, name="adam_first_update", mistakes=slips, off_limits=ADAM_OFF_LIMITS
     )

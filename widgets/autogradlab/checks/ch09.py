@@ -118,6 +118,7 @@ SAID = {
     "no-fall": N_("the doctor is silent, but the loss does not fall with `{name}`: mean of the first {k} steps {first:.4f}, of the last {k} steps {last:.4f} (expected below {factor:g}× the start)."),
     "names-type": N_("`{variable}` should be a list of parameter names as `model.named_parameters()` gives them (e.g. ['head.bias']), got {value!r}."),
     "no-hypothesis": N_("Write your hypothesis first: a sentence in `hypothesis_1` (six words at least), what you think is wrong and why it gives this symptom."),
+    "case-step": N_("the step case_1 returns"),
     "no-symptom": N_("`case_1` no longer shows the symptom: run its cell again as the chapter gives it."),
     "measured-wrong": N_("`{variable}` does not match what the checker measures on a fresh case_1 ({got} name(s) given, {want} measured)."),
     "case-passed": N_("your measurements match: no gradient for {no_grad}, overwritten after the step: {overwritten}. The doctor's view of case_1, as confirmation:"),
@@ -210,8 +211,8 @@ def _loss_falls(losses: list[float], name: str, factor: float = 0.8) -> tuple[fl
 def _measure_case(case: Callable) -> tuple[set[str], set[str]]:
     """(parameters without a gradient, parameters a write after optimizer.step() changed) over two calls."""
     step, model, optimizer = case()
-    step = LearnerCall(step, "the step case_1 returns", frozen_inputs=False)
-    names = {id(p): n for n, p in model.named_parameters()}
+    step, params = LearnerCall(step, _said("case-step"), frozen_inputs=False), dict(model.named_parameters())
+    names = {id(p): n for n, p in params.items()}
     after_step: dict[str, torch.Tensor] = {}
 
     def remember(opt, args, kwargs):
@@ -221,10 +222,8 @@ def _measure_case(case: Callable) -> tuple[set[str], set[str]]:
     with optimizer.register_step_post_hook(remember):
         for batch in batches_of(*stripes(64, seed=0), 32):
             step(batch)
-            no_grad |= {n for n, p in model.named_parameters() if p.grad is None}
-            overwritten |= {
-                n for n, p in model.named_parameters() if n in after_step and not torch.equal(p, after_step[n])
-            }
+            no_grad |= {n for n, p in params.items() if p.grad is None}
+            overwritten |= {n for n, p in params.items() if n in after_step and not torch.equal(p, after_step[n])}
     return no_grad, overwritten
 
 

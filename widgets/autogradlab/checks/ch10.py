@@ -195,9 +195,8 @@ def check_overfit_one_batch(overfit_one_batch) -> None:
             raise _named(f"changed-{part}", _CALLER, said="changed", name=name, part=part, label=label)
         if not isinstance(got, (list, tuple)) or len(got) != 60:
             said, n = ("not-a-list-length", len(got)) if hasattr(got, "__len__") else ("not-a-list", 0)
-            raise ExerciseError(
-                "type", _said(said, name=name, label=label, type=type(got).__name__, n=n), mistake="length"
-            )
+            summary = _said(said, name=name, label=label, type=type(got).__name__, n=n)
+            raise ExerciseError("type", summary, mistake="length")
         if not all(isinstance(v, float) for v in got):
             raise _named("tensors", _OUTSIDE_HINTS, "type", name=name, label=label)
         if not close(torch.tensor(got), expected):
