@@ -130,6 +130,7 @@ CORRECT_SCALED = {
     "repaired in place of the cuts": repaired,
     "torch.where for the clamp": repaired_with_where,
     "torch.std_mean": repaired_std_mean,
+    "no clamp_min, no cast": lambda x, t: ((x - x.mean()) / x.std()).clamp(-3, 3) / t,
 }
 
 

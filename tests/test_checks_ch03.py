@@ -92,6 +92,14 @@ WRONG_SOFTMAX = {
         lambda y, v, dim: torch.autograd.grad(torch.softmax(y.log().requires_grad_(), dim), y, v)[0],
         ("off-limits", None),
     ),
+    "softmax's backward kernel": (
+        lambda y, v, dim: torch._softmax_backward_data(v, y, dim, y.dtype),
+        ("off-limits", "`torch._softmax_backward_data`"),
+    ),
+    "the aten backward op": (
+        lambda y, v, dim: torch.ops.aten._softmax_backward_data(v, y, dim, y.dtype),
+        ("off-limits", "`torch.ops.aten._softmax_backward_data`"),
+    ),
     "view on a non-contiguous input": (softmax_vjp_with_view, ("raised", None)),
     "changes v in place": (softmax_vjp_in_place, ("changed-input", None)),
     "not implemented": (not_implemented, ("not-implemented", None)),
@@ -131,6 +139,12 @@ def sum_to_shape_then_reshape(grad, shape):
     lead = grad.dim() - len(shape)
     dims = [i for i in range(grad.dim()) if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1)]
     return grad.sum(dims).reshape(shape) if dims else grad.clone()
+
+
+def sum_to_shape_keepdim(grad, shape):
+    lead = grad.dim() - len(shape)
+    dims = [i for i in range(grad.dim()) if i < lead or (shape[i - lead] == 1 and grad.shape[i] != 1)]
+    return grad.sum(dims, keepdim=True).reshape(shape) if dims else grad
 
 
 def sum_to_shape_padded(grad, shape):
@@ -181,6 +195,7 @@ CORRECT_SUM_TO_SHAPE = {
     "loop": sum_to_shape_by_loop,
     "sum then reshape": sum_to_shape_then_reshape,
     "padded shape": sum_to_shape_padded,
+    "keepdim sum, grad itself when nothing is summed": sum_to_shape_keepdim,
 }
 
 WRONG_SUM_TO_SHAPE = {

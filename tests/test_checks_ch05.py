@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from autogradlab.checks.ch05 import (
+    check_autograd_function,
     check_clipped_sign_ste,
     check_linear_relu,
     check_safe_norm_function,
     check_softplus_function,
 )
-from autogradlab.checks.core import ExerciseError
+from autogradlab.checks.core import Case, ExerciseError
 
 
 def function_class(name, forward, backward, **extra):
@@ -32,6 +33,17 @@ def rejected(checker, cls, mistake, kind=None):
     assert kind is None or error.kind == kind, (error.kind, str(error))
     assert mistake is None or error.hint, str(error)
     return error
+
+
+def test_the_generic_check_passes_a_minimal_function(capsys):
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+    square = function_class("Square", lambda ctx, x: (ctx.save_for_backward(x), x * x)[1], backward)
+    cases = [Case((torch.randn(3, dtype=torch.float64),), "x of shape (3,)")]
+    check_autograd_function(square, name="Square", reference=lambda x: x * x, cases=cases, input_names=("x",))
+    assert capsys.readouterr().out == "✓ Square: forward, backward and gradcheck pass on 1 input\n"
 
 
 # --------------------------------------------------------------------------- LinearReLU

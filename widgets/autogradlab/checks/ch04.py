@@ -103,12 +103,11 @@ def _byte_list(got, label: str) -> list[int]:
 def check_saved_activation_bytes(saved_activation_bytes) -> None:
     """Check ``saved_activation_bytes(batch_size, sizes, dtype, activation)`` -> bytes per saved activation storage.
 
-    >>> def answer(b, sizes, dtype, activation):
-    ...     item = torch.empty((), dtype=dtype).element_size()
-    ...     per = 2 if activation == "gelu" else 1
-    ...     return [b * sizes[0] * item] + [b * n * item for n in sizes[1:-1] for _ in range(per)] + [b * sizes[-1] * item]
-    >>> check_saved_activation_bytes(answer)
-    ✓ saved_activation_bytes matches the measured saved storages of 6 MLPs (ReLU, tanh, GELU), storage by storage
+    >>> try:
+    ...     check_saved_activation_bytes(lambda b, sizes, dtype, activation: [b * n * 4 for n in sizes])
+    ... except ExerciseError as error:
+    ...     print(f"{error.mistake}: {error.hint}")
+    always-4-bytes: the element size depends on the dtype: float64 takes 8 bytes, bfloat16 2.
     """
     learner = LearnerCall(saved_activation_bytes, "saved_activation_bytes", PREDICT_DO_NOT_MEASURE)
     for case in _ACTIVATION_CASES:
@@ -231,17 +230,11 @@ def _backward_error(exc: RuntimeError, trace: _OpTrace, label: str) -> ExerciseE
 def check_inplace_chain(chain_inplace) -> None:
     """Check ``chain_inplace(h)``: the value and gradient of :func:`chain` with the fewest new tensors, h untouched.
 
-    >>> def answer(h):
-    ...     h = h.sin()
-    ...     h.mul_(3)
-    ...     h.exp_()
-    ...     h = h + 1
-    ...     h.tanh_()
-    ...     h = h / 2
-    ...     h = h ** 2
-    ...     return h.sub_(0.5)
-    >>> check_inplace_chain(answer)
-    ✓ chain_inplace allocates 4 new tensors for 8 steps (mul, exp, tanh, sub run in place), the fewest backward allows
+    >>> try:
+    ...     check_inplace_chain(lambda h: torch.no_grad()(chain)(h))
+    ... except ExerciseError as error:
+    ...     print(f"{error.mistake}: {error.hint}")
+    no_graph: the result must stay in the graph: backward runs from it to h.
     """
     fewest = sum(not ok for ok in inplace_saves_memory().values())
     learner = LearnerCall(chain_inplace, "chain_inplace", frozen_inputs=False)  # h is checked below, its version too
@@ -340,17 +333,11 @@ def _update_problem(ema, held, before, params, decay, versions) -> tuple[str, st
 def check_ema(init_ema, ema_update_) -> None:
     """Check ``init_ema(model)`` -> {name: view of one flat buffer} and ``ema_update_(ema, model, decay)`` (in place).
 
-    >>> def init_ema(model):
-    ...     params = dict(model.named_parameters())
-    ...     flat = torch.nn.utils.parameters_to_vector(params.values()).detach()  # a new buffer
-    ...     pieces = flat.split([p.numel() for p in params.values()])
-    ...     return {name: piece.view(p.shape) for (name, p), piece in zip(params.items(), pieces)}
-    >>> def ema_update_(ema, model, decay):
-    ...     with torch.no_grad():
-    ...         for name, p in model.named_parameters():
-    ...             ema[name].lerp_(p, 1 - decay)
-    >>> check_ema(init_ema, ema_update_)
-    ✓ init_ema keeps the average in one buffer of its own; ema_update_ updates it in place, visibly to autograd, leaving the model alone
+    >>> try:
+    ...     check_ema(lambda model: dict(model.named_parameters()), lambda ema, model, decay: None)
+    ... except ExerciseError as error:
+    ...     print(f"{error.mistake}: {error.hint}")
+    in-graph: the average is plain data: build it from `p.detach()` and update it under `torch.no_grad()` (`torch.cat` of parameters is a graph node).
     """
     init = LearnerCall(init_ema, "init_ema")
     update = LearnerCall(ema_update_, "ema_update_", error_hints=EMA_HINTS["in-graph"], frozen_inputs=False)

@@ -6,19 +6,7 @@ it to the input's shape, compares each gradient with autograd's gradient of the 
 wrong backward when the answer matches one), and runs ``torch.autograd.gradcheck`` itself. Both styles of
 Function pass: ``forward(ctx, ...)`` and ``forward(...)`` with ``setup_context``. The exercises' right and
 wrong answers live in tests/test_checks_ch05.py, not in these docstrings (``help()`` would show them to learners).
-
->>> class Square(torch.autograd.Function):
-...     @staticmethod
-...     def forward(ctx, x):
-...         ctx.save_for_backward(x)
-...         return x * x
-...     @staticmethod
-...     def backward(ctx, grad):
-...         (x,) = ctx.saved_tensors
-...         return 2 * x * grad
->>> cases = [Case((torch.randn(3, dtype=torch.float64),), "x of shape (3,)")]
->>> check_autograd_function(Square, name="Square", reference=lambda x: x * x, cases=cases, input_names=("x",))
-✓ Square: forward, backward and gradcheck pass on 1 input
+A call: ``check_autograd_function(cls, name="Square", reference=lambda x: x * x, cases=[Case((x,), "label")])``.
 """
 
 from __future__ import annotations
