@@ -19,6 +19,7 @@ from autogradlab.checks.ch10 import (
     note,
 )
 from autogradlab.checks.core import ExerciseError
+from autogradlab.models.debug_cases import leaf_cases
 from autogradlab.models.doctor import Report
 from autogradlab.models.four_checks import dependencies, overfit
 from autogradlab.models.mysteries import MYSTERIES, fixed_source, source
@@ -276,6 +277,23 @@ def test_the_debrief_opens_once_the_fix_passes(tmp_path, capsys):
     check_mystery_1(script(tmp_path, 1, base=fixed_source(1)))
     assert capsys.readouterr().out.startswith("✓ mystery 1")
     assert debrief(1).data == MYSTERIES[1].debrief
+
+
+CJK = re.compile("[\u4e00-\u9fff]")
+
+
+def test_the_ladder_the_debrief_and_the_input_labels_speak_chinese_when_asked(tmp_path, monkeypatch, capsys):
+    path, symptom = script(tmp_path, 1), MYSTERIES[1].ladder[0]
+    rejected(check_fix, 1, path)  # the first failure shows no rung
+    error = rejected(check_fix, 1, path)
+    assert error.hint == symptom[0].upper() + symptom[1:]  # English: the rung as written
+    monkeypatch.setenv("AUTOGRADLAB_LANG", "zh")
+    error = rejected(check_fix, 1, path)
+    assert error.measured["hint_level"] == 1 and CJK.search(error.hint) and "entropy" not in error.hint
+    LAB[1].solved = True
+    shown = debrief(1).data
+    assert CJK.search(shown) and "The bug" not in shown and "`self.weight.data.float()`" in shown
+    assert CJK.search(leaf_cases()[0][0])
 
 
 # ---------------------------------------------------------------------------- mystery 1

@@ -338,7 +338,7 @@ def debrief(number: int):
     _gate(number, LAB.get(number, _Progress()).solved, "not-solved")
     from IPython.display import Markdown
 
-    return Markdown(MYSTERIES[number].debrief)
+    return Markdown(_(MYSTERIES[number].debrief))
 
 
 # --------------------------------------------------------------------------- the lab: judging a fix by behaviour
@@ -423,10 +423,10 @@ def _with_ladder(error: ExerciseError, number: int, progress: _Progress) -> Exer
     measured = {**error.measured, "hint_level": progress.level}
     if progress.level == 0:
         return error.but(measured=measured)
-    extra = MYSTERIES[number].ladder[progress.level - 1]
+    extra = _(MYSTERIES[number].ladder[progress.level - 1])
     if progress.failures > 2 and cap == 1:
         extra = _said("ladder-locked", extra=extra, number=number)
-    hint = _said("ladder", hint=error.hint, extra=extra) if error.hint else extra[0].upper() + extra[1:]
+    hint = _said("ladder", hint=_(error.hint), extra=extra) if error.hint else extra[0].upper() + extra[1:]
     return error.but(hint=hint, measured=measured)
 
 

@@ -182,11 +182,12 @@ def check_saved_bytes(saved_bytes) -> None:
             with SavedBytes(exclude=args) as measured:
                 compiled(*args)
         forward, backward = recording.forward[0], recording.backward[0]
-        got = _as_bytes(learner.on(case.label)(forward, backward), case.label)
+        label = _(case.label)
+        got = _as_bytes(learner.on(label)(forward, backward), label)
         candidates = [m for m in candidates if m.compute(forward, backward) == got]
         if got == measured.total:
             continue
-        summary = _said("bytes-wrong", label=case.label, got=got, expected=measured.total)
+        summary = _said("bytes-wrong", label=label, got=got, expected=measured.total)
         values = ", ".join(f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t)
         detail = _said("saved-values", values=values)
         slip = candidates[0].id if candidates else None
@@ -240,7 +241,7 @@ def _run_step(step, label):
     with quiet_print():
         loss = step(model, x, y)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.grad_fn is None:
-        summary, hint = _said("step-type", loss=loss, label=label), _said("step-type-hint")
+        summary, hint = _said("step-type", loss=loss, label=_(label)), _said("step-type-hint")
         raise ExerciseError("type", summary, hint=hint)
     loss.backward()
     return loss.detach(), [p.grad for p in model.parameters()]
@@ -257,12 +258,12 @@ def check_step_without_breaks(step_without_breaks) -> None:
     """
     learner = LearnerCall(step_without_breaks, "step_without_breaks", frozen_inputs=False)
     for label in STEP_CASES:
-        got, expected = _run_step(learner.on(label), label), _run_step(logged_step, label)
+        got, expected = _run_step(learner.on(_(label)), label), _run_step(logged_step, label)
         if _matches(expected, got):
             continue
         slip = next((m.id for m in STEP_MISTAKES if _matches(_run_step(m.compute, label), got)), None)
         what = "loss" if not close(got[0], expected[0]) else "gradients"
-        summary = _said(what, label=label, got=got[0].item(), expected=expected[0].item())
+        summary = _said(what, label=_(label), got=got[0].item(), expected=expected[0].item())
         raise ExerciseError("value", summary, hint=STEP_HINTS.get(slip), mistake=slip)
     model, x, y = step_case("clamped, large loss")
     with quiet_print():

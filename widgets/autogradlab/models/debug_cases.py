@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autogradlab.i18n import _
+
 
 def stripes(n: int, seed: int = 0, size: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` noisy stripe images (n, 1, size, size) and labels (n,) as floats: 1 = horizontal, 0 = vertical."""
@@ -193,7 +195,7 @@ class ChainNet(nn.Module):
 
     def forward(self, x):
         h = self.first(x)
-        for _ in range(self.depth):
+        for _step in range(self.depth):
             if self.residual:
                 h = VisitCounter.apply(h)
                 h = h * self.hidden[0] + h
@@ -233,12 +235,12 @@ def leaf_cases() -> list[tuple[str, Any]]:
         return build
 
     return [
-        ("nn.Parameters in a Python list (a constant factor in the graph too)", scaled()),
-        ("plain tensors that require grad, in a dict", scaled(holder="dict", parameter=False)),
-        ("scales registered in nn.ParameterList (nothing hidden)", scaled(holder="registered")),
-        ("a hidden list that also holds a tensor the forward never uses", scaled(unused=True)),
-        ("the same model after loss.backward() (the graph's structure survives)", scaled(after_backward=True)),
-        ("a weight and a gate each used twice, a frozen layer, an input that requires grad", tied),
-        ("a chain 3,000 ops deep", chain(3000, False)),
-        ("30 residual steps h = h * w + h (2^30 paths from the loss to the input)", chain(30, True)),
+        (_("nn.Parameters in a Python list (a constant factor in the graph too)"), scaled()),
+        (_("plain tensors that require grad, in a dict"), scaled(holder="dict", parameter=False)),
+        (_("scales registered in nn.ParameterList (nothing hidden)"), scaled(holder="registered")),
+        (_("a hidden list that also holds a tensor the forward never uses"), scaled(unused=True)),
+        (_("the same model after loss.backward() (the graph's structure survives)"), scaled(after_backward=True)),
+        (_("a weight and a gate each used twice, a frozen layer, an input that requires grad"), tied),
+        (_("a chain 3,000 ops deep"), chain(3000, False)),
+        (_("30 residual steps h = h * w + h (2^30 paths from the loss to the input)"), chain(30, True)),
     ]

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from autogradlab.i18n import N_
 from autogradlab.models.compiled.course_models import mlp_stack
 
 # --------------------------------------------------------------------------- exercise 1: saved memory from the graphs
@@ -60,25 +61,25 @@ class TracedCase:
 
 SAVED_CASES = (
     TracedCase(
-        "a matmul, reshaped, exp'd twice, default partition",
+        N_("a matmul, reshaped, exp'd twice, default partition"),
         _reshaped,
         lambda: _seeded((6, 5), (5, 8), grad=(1,)),
         "default",
     ),
     TracedCase(
-        "a layer norm by hand in float64, min-cut",
+        N_("a layer norm by hand in float64, min-cut"),
         _norm,
         lambda: _seeded((6, 5), (5,), dtype=torch.float64, grad=(0, 1)),
         "min-cut",
     ),
     TracedCase(
-        "attention on q, k, v, default partition",
+        N_("attention on q, k, v, default partition"),
         _attention,
         lambda: _seeded((2, 5, 4), (2, 5, 4), (2, 5, 4), grad=(0, 1, 2)),
         "default",
     ),
     TracedCase(
-        "a bf16-autocast matmul and SiLU, min-cut",
+        N_("a bf16-autocast matmul and SiLU, min-cut"),
         _bf16_linear,
         lambda: _seeded((6, 4), (4, 8), grad=(0, 1)),
         "min-cut",
@@ -102,10 +103,10 @@ def logged_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 #: label -> (input scale, target offset): small or large outputs (clamped or not), loss below or above 1
 STEP_CASES = {
-    "small outputs, small loss": (0.1, 0.0),
-    "small outputs, large loss": (0.1, 3.0),
-    "clamped, large loss": (20.0, 0.0),
-    "clamped, small loss": (20.0, "clamp"),
+    N_("small outputs, small loss"): (0.1, 0.0),
+    N_("small outputs, large loss"): (0.1, 3.0),
+    N_("clamped, large loss"): (20.0, 0.0),
+    N_("clamped, small loss"): (20.0, "clamp"),
 }
 
 

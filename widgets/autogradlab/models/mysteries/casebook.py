@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autogradlab.i18n import N_
+
 
 @dataclass(frozen=True)
 class Mystery:
@@ -35,13 +37,17 @@ MYSTERIES = {
         "reviews",
         fix=(("self.weight.data.float()", "self.weight.float()"),),
         ladder=(
-            "the loss sits at the entropy of the labels (ln 2 for balanced labels): the prediction does not "
-            "depend on the review. Find out which parameters learn.",
-            "after one training step, read every parameter's `.grad` (None, zero, or a real gradient?), then tap "
-            "the tensors between the body and the loss with `register_hook` (chapter 09).",
-            "`head.weight` never receives a gradient: read how `Float32Head.forward` uses its weight.",
+            N_(
+                "the loss sits at the entropy of the labels (ln 2 for balanced labels): the prediction does not "
+                "depend on the review. Find out which parameters learn."
+            ),
+            N_(
+                "after one training step, read every parameter's `.grad` (None, zero, or a real gradient?), then tap "
+                "the tensors between the body and the loss with `register_hook` (chapter 09)."
+            ),
+            N_("`head.weight` never receives a gradient: read how `Float32Head.forward` uses its weight."),
         ),
-        debrief="""\
+        debrief=N_("""\
 **The bug.** `Float32Head.forward` used `self.weight.data.float()`. `.data` hands out the weight's values
 without its autograd identity, so the graph records a product with a constant: backward never reaches
 `head.weight`, whose `.grad` stays `None`. The weight starts at zero and stays zero, so every logit equals the
@@ -58,22 +64,28 @@ as long as the weight gets a gradient), the `.data` writes in `_init_weights` (t
 exists), the warm-up and the clipping.
 
 **The fix.** `self.weight.float()`, or just `self.weight`: a float32 weight's `.float()` is the weight itself,
-and it keeps the graph. Use `detach()` where you mean to cut a graph, and neither where you do not.""",
+and it keeps the graph. Use `detach()` where you mean to cut a graph, and neither where you do not."""),
     ),
     2: Mystery(
         2,
         "sensors",
         fix=(("lr = lr_factor(self.step_count", "lr = self.cfg.lr * lr_factor(self.step_count"),),
         ladder=(
-            "the loss jumps in the first steps, then settles at the entropy of the class shares: the prediction "
-            "stopped depending on the input. Find out when, and what stopped moving.",
-            "measure, step by step, the fraction of hidden ReLUs that output 0 for every training input, each "
-            "layer's gradient norm and update ratio, and the learning rate the optimizer really used "
-            "(`optimizer.param_groups`), not the one the config names.",
-            "the learning rate in `optimizer.param_groups` is not `cfg.lr` times the schedule: read where the "
-            "schedule is applied.",
+            N_(
+                "the loss jumps in the first steps, then settles at the entropy of the class shares: the prediction "
+                "stopped depending on the input. Find out when, and what stopped moving."
+            ),
+            N_(
+                "measure, step by step, the fraction of hidden ReLUs that output 0 for every training input, each "
+                "layer's gradient norm and update ratio, and the learning rate the optimizer really used "
+                "(`optimizer.param_groups`), not the one the config names."
+            ),
+            N_(
+                "the learning rate in `optimizer.param_groups` is not `cfg.lr` times the schedule: read where the "
+                "schedule is applied."
+            ),
         ),
-        debrief="""\
+        debrief=N_("""\
 **The bug.** `update_learning_rate` wrote the schedule's *factor* into the optimizer, `group["lr"] =
 lr_factor(...)`, instead of `cfg.lr * lr_factor(...)`. During the warm-up the learning rate climbed to 1.0, ten
 times the peak the config asks for, and `cfg.lr` was never read after the optimizer was built: changing it
@@ -96,7 +108,7 @@ for this model: the fixed script learns with it).
 
 **The fix.** `self.cfg.lr * lr_factor(...)`, or a `LambdaLR(optimizer, lr_lambda)` that multiplies the
 optimizer's own learning rate by the factor. When a schedule misbehaves, read the learning rate from
-`optimizer.param_groups`, where the step reads it.""",
+`optimizer.param_groups`, where the step reads it."""),
     ),
     3: Mystery(
         3,
@@ -113,14 +125,20 @@ optimizer's own learning rate by the factor. When a schedule misbehaves, read th
             ),
         ),
         ladder=(
-            "the accumulated run should follow the batch-32 run up to rounding (about 1e-6), and it differs from "
-            "the first step: the two compute different gradients for the same 32 sequences.",
-            "take one window: compare its accumulated gradient with the gradient of the same 32 sequences as one "
-            "batch, and count the real tokens of each micro-batch.",
-            "each micro-batch's loss is a mean over its own tokens: read how the loss is normalised before "
-            "`backward()`.",
+            N_(
+                "the accumulated run should follow the batch-32 run up to rounding (about 1e-6), and it differs from "
+                "the first step: the two compute different gradients for the same 32 sequences."
+            ),
+            N_(
+                "take one window: compare its accumulated gradient with the gradient of the same 32 sequences as one "
+                "batch, and count the real tokens of each micro-batch."
+            ),
+            N_(
+                "each micro-batch's loss is a mean over its own tokens: read how the loss is normalised before "
+                "`backward()`."
+            ),
         ),
-        debrief="""\
+        debrief=N_("""\
 **The bug.** Each micro-batch's loss was `cross_entropy(..., ignore_index=IGNORE)`, a mean over *that
 micro-batch's* real tokens, and dividing by `accum_steps` averaged the four means. A token then weighs
 $1/(K n_k)$, where $n_k$ is the token count of its micro-batch, instead of $1/N$ with $N$ the tokens of the whole
@@ -138,21 +156,27 @@ cosine schedule stepping once per window.
 
 **The fix.** Count the window's real tokens $N$ before the loop, sum the token losses (`reduction="sum"`) and
 divide by $N$; the logged loss is then the window's token mean, as in the batch-32 run. With data parallelism,
-$N$ is the count over all ranks (chapter 07).""",
+$N$ is the count over all ranks (chapter 07)."""),
     ),
     4: Mystery(
         4,
         "rings",
         fix=(("return y.mul_(1.7159)  # in place: no second activation-sized tensor", "return y * 1.7159"),),
         ladder=(
-            "the loss falls for three epochs, then climbs far above ln 3 (the loss of a uniform guess): the "
-            "updates push the wrong way. Check whether the gradients are right.",
-            "compare the model's gradients on one batch with those of the same model built from plain torch ops "
-            "(torch.tanh): `torch.autograd.gradcheck` tests a Function alone, but the bug may be in how it is used.",
-            "the custom `Tanh` reads a tensor in backward that something changes after the forward: read what "
-            "happens to its output.",
+            N_(
+                "the loss falls for three epochs, then climbs far above ln 3 (the loss of a uniform guess): the "
+                "updates push the wrong way. Check whether the gradients are right."
+            ),
+            N_(
+                "compare the model's gradients on one batch with those of the same model built from plain torch ops "
+                "(torch.tanh): `torch.autograd.gradcheck` tests a Function alone, but the bug may be in how it is used."
+            ),
+            N_(
+                "the custom `Tanh` reads a tensor in backward that something changes after the forward: read what "
+                "happens to its output."
+            ),
         ),
-        debrief="""\
+        debrief=N_("""\
 **The bug.** `ScaledTanh` scaled the output of the custom `Tanh` in place, `y.mul_(1.7159)`. `Tanh.forward` had
 kept `y` as `ctx.y`, a plain attribute, so autograd did not know that backward would read it: the in-place
 multiplication rewrote the tensor that backward uses, and backward computed $1 - (1.7159\\,y)^2$ instead of
@@ -168,6 +192,6 @@ chapter 04 instead of silent corruption.
 tempting), the step decay, LeCun's constants.
 
 **The fix.** Scale out of place, `return y * 1.7159`; and save what backward reads with
-`ctx.save_for_backward(y)`, so a later in-place write raises instead of corrupting.""",
+`ctx.save_for_backward(y)`, so a later in-place write raises instead of corrupting."""),
     ),
 }
