@@ -28,6 +28,7 @@ SLOW_MODULES = {
     "test_nbgrader_part1",
     "test_nbgrader_part2",
     "test_nbgrader_part3",
+    "test_nbgrader_zh",
     "test_make_lab",
     "test_ddp_demo",
     "test_compat",
