@@ -66,4 +66,13 @@ def N_(message: str) -> str:
     return message
 
 
-__all__ = ["DOMAIN", "LANGUAGES", "N_", "_", "language"]
+def said(table: dict, key: str, **values: object) -> str:
+    """The message ``table[key]`` (stored with ``N_``) in the current language, its ``{fields}`` filled from ``values``.
+
+    >>> said({"late": N_("{name} ran {n} steps late.")}, "late", name="step", n=2)
+    'step ran 2 steps late.'
+    """
+    return _(table[key]).format(**values)
+
+
+__all__ = ["DOMAIN", "LANGUAGES", "N_", "_", "language", "said"]

@@ -24,7 +24,7 @@ from torch.nn.utils import parameters_to_vector
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, passed
 from autogradlab.checks.stateful import Runs, recorded_scaler_calls, run_variants, variants
-from autogradlab.i18n import N_, _
+from autogradlab.i18n import N_, said
 from autogradlab.models import step_cases as cases
 from autogradlab.models import token_accumulation as tokens
 
@@ -136,8 +136,7 @@ _KINDS |= dict.fromkeys(("empty-micro-batch-nan", "empty-nan"), "not-finite")
 _KINDS |= dict.fromkeys(("logged-mean", "logged-loss"), "value")
 
 
-def _said(key: str, **values) -> str:
-    return _(SAID[key]).format(**values)
+_said = functools.partial(said, SAID)
 
 
 def _fail(mistake: str | None, learner: LearnerCall | None, said: str | None = None, **values) -> ExerciseError:

@@ -31,7 +31,7 @@ from autogradlab.checks.core import (
     seeded,
 )
 from autogradlab.checks.stateful import run_variants, variants
-from autogradlab.i18n import N_, _
+from autogradlab.i18n import N_, _, said
 from autogradlab.models import step_cases as cases
 
 # fmt: off
@@ -102,8 +102,7 @@ SAID = {
 # fmt: on
 
 
-def _said(key: str, **values) -> str:
-    return _(SAID[key]).format(**values)
+_said = functools.partial(said, SAID)
 
 
 # --------------------------------------------------------------------------- exercise 1: the loss scale after a sequence

@@ -30,7 +30,7 @@ from autogradlab.checks.core import (
     passed,
 )
 from autogradlab.checks.stateful import run_variants, variants
-from autogradlab.i18n import N_, _
+from autogradlab.i18n import N_, _, said
 from autogradlab.models.debug_cases import (
     CLIP_NORM,
     HEAD_LIMIT,
@@ -159,8 +159,7 @@ LEAVES_WHY = N_("walk loss.grad_fn yourself (chapter 01): backward, the doctor's
 # fmt: on
 
 
-def _said(key: str, **values) -> str:
-    return _(SAID[key]).format(clip=CLIP_NORM, limit=HEAD_LIMIT, **values)
+_said = partial(said, SAID, clip=CLIP_NORM, limit=HEAD_LIMIT)
 
 
 def _hint(table: dict, key: str) -> str:

@@ -15,6 +15,7 @@ import copy
 import itertools
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, OffLimits, close, compare, mistakes, passed
-from autogradlab.i18n import N_, _
+from autogradlab.i18n import N_, _, said
 from autogradlab.models.doctor import Report, diagnose
 from autogradlab.models.four_checks import (
     Normed,
@@ -117,8 +118,7 @@ OWN_WHY = N_("write it yourself: the course's version is the checker's answer.")
 # fmt: on
 
 
-def _said(key: str, **values) -> str:
-    return _(SAID[key]).format(**values)
+_said = partial(said, SAID)
 
 
 def _named(mistake: str, table: dict, kind: str = "contract", said: str | None = None, **values) -> ExerciseError:

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from autogradlab.checks.core import ExerciseError, LearnerCall, close, mistakes, passed
 from autogradlab.graph.saved_bytes import SavedBytes
-from autogradlab.i18n import N_, _
+from autogradlab.i18n import N_, _, said
 from autogradlab.models.compiled import (
     base_of,
     compile_recorded,
@@ -100,8 +100,7 @@ SAID = {
 # fmt: on
 
 
-def _said(key: str, **values) -> str:
-    return _(SAID[key]).format(**values)
+_said = partial(said, SAID)
 
 
 # --------------------------------------------------------------------------- exercise 1: saved memory from the graphs
