@@ -25,9 +25,7 @@ def repo_root() -> Path:
 # suite (`make test`) runs them, the fast tier (`make check`) leaves them out with -m "not slow".
 SLOW_MODULES = {
     "test_browser",
-    "test_nbgrader_part1",
-    "test_nbgrader_part2",
-    "test_nbgrader_part3",
+    "test_nbgrader",
     "test_nbgrader_zh",
     "test_make_lab",
     "test_ddp_demo",

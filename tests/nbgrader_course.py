@@ -1,16 +1,23 @@
-"""Classroom use: run nbgrader's own generate_assignment and autograde on one chapter, unchanged.
+"""Classroom use: run nbgrader's own generate_assignment and autograde on the course, unchanged.
 
 nbgrader lives in .venv-grader (made by `make test`), so its menus never appear in the
-learners' JupyterLab. A correct submission must score full marks, an untouched one zero,
-and nbgrader's student version must match our chapters/ cell for cell.
+learners' JupyterLab. Two things are proved, each where it costs least:
+
+- ``release_all``: nbgrader's student version of every chapter (one ``generate_assignment`` over all of
+  them, no execution) matches our chapters/ cell for cell;
+- ``grade_chapter``: the whole pipeline on one chapter: generate, autograde, the gradebook's scores. A
+  correct submission scores full marks, an untouched one zero, one with a deleted check cell full marks.
+
+That every chapter would score so follows without executing each one again under nbgrader: nbval runs
+every solution, whose check cells (nbgrader grade cells, untagged) must not raise; the browser test runs
+every chapter and asserts each unsolved check cell fails with the checker's error (tests/student_run.py);
+and autograde scores a grade cell by whether it raised, which ``grade_chapter`` shows on chapter 00.
 
 The Chinese edition (``lang="zh"``): the source is written by `python -m autogradlab.release
 --nbgrader-source DIR --lang zh NN_topic` (docs/instructors.md), the solution with its prose translated and
 the zh setup cell; nbgrader's student version must have chapters-zh/'s code, setup cell included.
-
-The tests are test_nbgrader_part1.py to test_nbgrader_part3.py: three modules of about
-100 s each, so that `make test` (pytest-xdist, --dist loadfile) can spread them over its workers;
-test_nbgrader_zh.py is the Chinese edition's.
+test_nbgrader.py holds the English tests, test_nbgrader_zh.py the Chinese one (two modules, so that
+`make test`, pytest-xdist with --dist loadfile, runs them side by side).
 """
 
 import json
@@ -132,3 +139,15 @@ def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = 
         f"nbgrader {assignment} ({lang}): solution {alice_score}/{max_score}, untouched {scores['bob'][0]}/{max_score}",
         file=sys.stderr,
     )
+
+
+def release_all(tmp_path: Path) -> Path:
+    """nbgrader's student versions of every chapter: one assignment holding all the solutions, generated once."""
+    course, assignment = tmp_path / "course", "all_chapters"
+    (course / "source" / assignment).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(CONFIG)
+    for solution in NOTEBOOKS:
+        shutil.copy(solution, course / "source" / assignment)
+    nbgrader(course, "generate_assignment", assignment, "--force")
+    return course / "release" / assignment
+

@@ -1,6 +1,6 @@
 """nbgrader generate_assignment + autograde on chapter 00 of the Chinese edition, its source written by
 `python -m autogradlab.release --nbgrader-source DIR --lang zh 00_welcome` (docs/instructors.md); a module of
-its own (45–92 s measured) so that `make test` (--dist loadfile) runs it beside the three English ones. See nbgrader_course.py."""
+its own so that `make test` (--dist loadfile) runs it beside the English one. See nbgrader_course.py."""
 
 from nbgrader_course import NOTEBOOKS, grade_chapter, skip_without_grader
 

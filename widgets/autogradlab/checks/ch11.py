@@ -13,7 +13,7 @@ The course material they run lives in :mod:`autogradlab.models.compiled.exercise
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
@@ -324,6 +324,13 @@ def _exercise_error_in(exc: BaseException) -> ExerciseError | None:
     return None
 
 
+@cache
+def _slip_measure(name: str, case: tuple) -> tuple[int, int]:
+    """(saved bytes, recomputed FLOPs) of the known wrong policy ``name`` on ``case``: the same in every
+    call, so measured once per process (naming a slip would otherwise recompile every wrong policy)."""
+    return _measure_policy(_policies()[name], case)[:2]
+
+
 def _measure_policy(policy, case) -> tuple[int, int, int]:
     """(saved bytes by the hooks, recomputed matmul FLOPs, budget) of a compiled stack under ``policy``."""
     tokens, width, depth, bias = case
@@ -383,7 +390,7 @@ def check_checkpoint_policy(policy) -> None:
         least = least_recompute_flops(tokens, width, depth)
         if saved <= budget and flops <= least:
             continue
-        slip = next((n for n, wrong in _policies().items() if _measure_policy(wrong, case)[:2] == (saved, flops)), None)
+        slip = next((n for n in _policies() if _slip_measure(n, case) == (saved, flops)), None)
         measured = {"saved": saved, "budget": budget, "flops": flops, "least": least}
         summary, symptom = (
             _said("policy-wrong", label=label, **measured),
