@@ -150,4 +150,3 @@ def release_all(tmp_path: Path) -> Path:
         shutil.copy(solution, course / "source" / assignment)
     nbgrader(course, "generate_assignment", assignment, "--force")
     return course / "release" / assignment
-
