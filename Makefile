@@ -129,13 +129,15 @@ test: $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_V
 	$(BIN)/python -m autogradlab.release --check
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
 
-# The loop an author runs after every change: no notebooks, no JupyterLab, no nbgrader.
+# The loop an author runs after every change: no notebooks, no JupyterLab, no nbgrader. Its tests only
+# compute, so one worker per core (at most 4): a third worker on 2 cores only adds its 12 s of collection.
+# (`release --check` is tests/test_release.py::test_repository_chapters_are_up_to_date here.)
+CHECK_WORKERS := $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 check: export MPLCONFIGDIR := $(LOCAL)/matplotlib
 check: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m autogradlab.release --check
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow" tests widgets/autogradlab
+	$(BIN)/python -m pytest -n $(CHECK_WORKERS) --dist loadfile -m "not slow" tests widgets/autogradlab
 
 release: $(VENV)/.installed-runtime
 	$(BIN)/python -m autogradlab.release

@@ -22,9 +22,12 @@ def repo_root() -> Path:
 
 
 # Modules that start JupyterLab, nbgrader or other processes, or build environments: the full
-# suite (`make test`) runs them, the fast tier (`make check`) leaves them out with -m "not slow".
+# suite (`make test`) runs them, the fast tier (`make check`) leaves them out with -m "not slow",
+# without importing them. A single test that starts a process is marked @pytest.mark.slow where it is.
 SLOW_MODULES = {
     "test_browser",
+    "test_first_open",
+    "test_classroom",
     "test_nbgrader",
     "test_nbgrader_zh",
     "test_make_lab",
@@ -33,6 +36,13 @@ SLOW_MODULES = {
     "test_site",
     "test_run_notebooks",
 }
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The fast tier does not import the slow modules (Playwright, nbconvert, ...) only to deselect them."""
+    if config.getoption("markexpr") == "not slow" and collection_path.stem in SLOW_MODULES:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

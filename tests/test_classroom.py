@@ -23,8 +23,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GRADER_PYTHON = ROOT / ".venv-grader" / "bin" / "python"
 
-pytestmark = pytest.mark.slow
-
 
 def run(args, **kwargs) -> subprocess.CompletedProcess:
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, **kwargs)

@@ -33,6 +33,7 @@ def test_cli_rejects_unknown_device_and_experiment(capsys):
         main(["nonsense"])
 
 
+@pytest.mark.slow  # starts a Python process
 def test_module_entry_point_runs(tmp_path):
     out = tmp_path / "r.json"
     done = subprocess.run(

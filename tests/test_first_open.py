@@ -46,7 +46,6 @@ if MISSING and os.environ.get("REQUIRE_BROWSER") == "1":
 browser = pytest.mark.skipif(MISSING is not None, reason=f"first-open test skipped: {MISSING}")
 if MISSING is None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-pytestmark = pytest.mark.slow
 
 
 def _shown(path: Path) -> list[dict]:

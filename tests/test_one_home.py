@@ -11,6 +11,7 @@ when an entry is no longer needed.
 """
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -62,7 +63,8 @@ def _tree(source: str) -> ast.AST:
     return ast.parse(source)
 
 
-def _package_names() -> set[str]:
+@functools.cache
+def _package_names() -> frozenset[str]:
     """Every name the package defines itself (functions, classes, variables, attributes, arguments)."""
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
@@ -75,10 +77,9 @@ def _package_names() -> set[str]:
                 names.add(node.attr)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
-    return names
+    return frozenset(names)
 
 
-_OWN = _package_names()
 _ATTRIBUTE_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
 # Public API spelled with one underscore: os._exit, namedtuple's methods.
 _PUBLIC_UNDERSCORE = {"_exit", "_asdict", "_replace", "_fields", "_make"}
@@ -185,7 +186,7 @@ CONCEPTS = {
         set(),
     ),
     "private attributes of torch objects": (
-        lambda source: private_reads(source, _OWN),
+        lambda source: private_reads(source, _package_names()),
         {"torch_internals.py"},
         set(),
     ),

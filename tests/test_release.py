@@ -132,6 +132,7 @@ def test_cli_reports_orphan_chapter_and_bad_notebook(tmp_path, capsys):
     assert "solutions/03_broken.ipynb: not a readable notebook" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # starts a Python process
 def test_cli_error_is_one_line_not_a_traceback(tmp_path):
     bad = new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\n")])
     root = make_repo(tmp_path, bad)
