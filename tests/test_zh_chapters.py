@@ -15,12 +15,13 @@ What is proved, and how (issue 26, "the student versions run top to bottom with 
 
 Which chapters run: all thirteen cost 238 s (4.0 min) executed one at a time with ``OMP_NUM_THREADS=1`` on a
 shared 2-core machine (load about 6, 2026-11-26; 11_compile alone 44 s), more than this test is worth beside the
-English chapters' browser run. :data:`RUN` is one chapter per kind of Chinese text the package writes outside
-the exercise checks, the cheapest of each: a view's labels and its saved picture (00, TangentExplorer), the graph
-printouts and GraphView (04, also saved-tensor listings), a stepping view (06, TrainStepInspector) and the
-doctor's findings (09); together 45 s in that run. Every chapter's checks go through the same
-``LearnerCall``/``ExerciseError`` messages as these four's, and every package message's fields and markup are
-held to the English ones by tests/test_i18n.py; the browser test runs 00 in JupyterLab too.
+English chapters' browser run. One chapter per kind of Chinese text the package writes outside the exercise
+checks, the cheapest of each: a view's labels and its saved picture (00, TangentExplorer), the graph printouts
+and GraphView (04, also saved-tensor listings), a stepping view (06, TrainStepInspector) and the doctor's
+findings (09). 00 runs in the browser test (chapters-zh/00 in JupyterLab: the same outcome, every check's message
+Chinese) and under nbgrader (tests/test_nbgrader_zh.py), so :data:`RUN` is the other three. Every chapter's
+checks go through the same ``LearnerCall``/``ExerciseError`` messages as these four's, and every package
+message's fields and markup are held to the English ones by tests/test_i18n.py.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SETUP_TAG = "course-setup"  # autogradlab.release.launch.SETUP_TAG
 LANGUAGE_LINE = 'os.environ["AUTOGRADLAB_LANG"] = "zh"  # 课程 package 的提示信息用中文\n'
 CHAPTERS = sorted(p.name for p in (ROOT / "chapters-zh").glob("[0-9][0-9]_*.ipynb"))
-RUN = ["00_welcome.ipynb", "04_saved_tensors.ipynb", "06_training_step.ipynb", "09_debugging.ipynb"]
+RUN = ["04_saved_tensors.ipynb", "06_training_step.ipynb", "09_debugging.ipynb"]  # 00: see above
 PROBE = "from autogradlab.i18n import language\nprint(language(), end='')"  # a last cell: the kernel's language
 PACKAGE_CATALOG = ROOT / "widgets" / "autogradlab" / "locale" / "zh" / "LC_MESSAGES" / "autogradlab.mo"
 
