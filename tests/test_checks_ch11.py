@@ -40,6 +40,19 @@ def by_saved_values(forward, backward):
     return sum({v.base: v.base_nbytes for v in saved_values(forward, backward) if v.source == "new"}.values())
 
 
+def test_an_answer_that_edits_the_graphs_leaves_the_next_check_its_own():
+    """The compiled graphs are made once per process; each answer reads a copy, so one that edits them
+    (here: drops every node's metadata, which saved_values reads) cannot spoil a later check."""
+
+    def edits(forward, backward):
+        for node in [*forward.graph.nodes, *backward.graph.nodes]:
+            node.meta.clear()
+        return 0
+
+    assert rejected(lambda: check_saved_bytes(edits)).kind == "value"
+    check_saved_bytes(by_saved_values)
+
+
 def by_walking_views(forward, backward):
     """An alternative: the saved values are the forward outputs named like the backward's non-tangent inputs."""
     wanted = {p.name for p in backward.graph.nodes if p.op == "placeholder" and not p.name.startswith("tangents")}

@@ -77,6 +77,11 @@ def learner_call(frame) -> str | None:
     caller = frame.f_back
     if caller is None or is_library(caller.f_code.co_filename) or not _named_on_line(caller, frame.f_code):
         return None
+    return function_name(frame)
+
+
+def function_name(frame) -> str:
+    """``module.qualname`` of the function ``frame`` runs (cheap: no source is read)."""
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname}"
 
 

@@ -13,6 +13,7 @@ The course material they run lives in :mod:`autogradlab.models.compiled.exercise
 
 from __future__ import annotations
 
+import copy
 from functools import cache, partial
 
 import torch
@@ -160,6 +161,21 @@ def _as_bytes(value, label: str) -> int:
     return int(value)
 
 
+@cache
+def _traced(case) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, int]:
+    """``case``'s compiled forward and backward graphs and the bytes the saved-tensor hooks measure: the same
+    for every answer, so compiled once per process (each answer gets its own copy of the graphs)."""
+    torch.compiler.reset()  # a fresh cache: no graph compiled before (by you or an earlier check) is reused
+    args = case.inputs()
+    compiled, recording = compile_recorded(case.fn, partition=case.partition)
+    with quiet():
+        out = compiled(*args)
+        out.backward(torch.ones_like(out))
+        with SavedBytes(exclude=args) as measured:
+            compiled(*args)
+    return recording.forward[0], recording.backward[0], measured.total
+
+
 def check_saved_bytes(saved_bytes) -> None:
     """Check ``saved_bytes(forward, backward) -> int`` against the saved-tensor hooks on four functions.
 
@@ -169,28 +185,20 @@ def check_saved_bytes(saved_bytes) -> None:
     >>> check_saved_bytes(answer)
     ✓ saved_bytes reads what 4 compiled forwards keep for backward, as the saved-tensor hooks measure it
     """
-    torch.compiler.reset()  # a fresh cache: no graph compiled before (by you or an earlier check) is reused
     learner = LearnerCall(saved_bytes, "saved_bytes", frozen_inputs=False)
     candidates = list(SAVED_MISTAKES)  # the slips that agree with every answer so far
     for case in SAVED_CASES:
-        args = case.inputs()
-        compiled, recording = compile_recorded(case.fn, partition=case.partition)
-        with quiet():
-            out = compiled(*args)
-            out.backward(torch.ones_like(out))
-            with SavedBytes(exclude=args) as measured:
-                compiled(*args)
-        forward, backward = recording.forward[0], recording.backward[0]
+        forward, backward, expected = _traced(case)
         label = _(case.label)
-        got = _as_bytes(learner.on(label)(forward, backward), label)
+        got = _as_bytes(learner.on(label)(*copy.deepcopy((forward, backward))), label)  # the answer may edit its copy
         candidates = [m for m in candidates if m.compute(forward, backward) == got]
-        if got == measured.total:
+        if got == expected:
             continue
-        summary = _said("bytes-wrong", label=label, got=got, expected=measured.total)
+        summary = _said("bytes-wrong", label=label, got=got, expected=expected)
         values = ", ".join(f"{n.name} {tuple(n.meta['val'].shape)}" for n, t in _saved(forward, backward) if not t)
         detail = _said("saved-values", values=values)
         slip = candidates[0].id if candidates else None
-        measured = {"got": got, "expected": measured.total}
+        measured = {"got": got, "expected": expected}
         raise ExerciseError("value", summary, detail=detail, hint=SAVED_HINTS[slip], mistake=slip, measured=measured)
     passed(_said("bytes-passed", n=len(SAVED_CASES)))
 

@@ -33,7 +33,7 @@ import torch
 
 from autogradlab import torch_internals as internals
 from autogradlab.i18n import N_, _
-from autogradlab.tracebacks import error_kind, hint_for, is_kind, learner_call, learner_frame
+from autogradlab.tracebacks import error_kind, function_name, hint_for, is_kind, learner_call, learner_frame
 
 # --------------------------------------------------------------------------- the structured error
 
@@ -248,10 +248,13 @@ def _course_calls(modules: tuple[str, ...], used: list[str]) -> Iterator[None]:
     def profile(frame, event, arg) -> None:
         if event != "call":
             return
-        shown = learner_call(frame)
-        if not shown or "__create_fn__" in shown:  # a dataclass's generated __init__/__eq__: a container, not a helper
+        # Runs at every Python call: the cheap tests on the callee's name first; learner_call reads the caller's line.
+        shown = function_name(frame)
+        if not shown.startswith(prefixes) or shown.startswith(__name__ + ".") or shown in used:
             return
-        if shown.startswith(prefixes) and not shown.startswith(__name__ + ".") and shown not in used:
+        if "__create_fn__" in shown:  # a dataclass's generated __init__/__eq__: a container, not a helper
+            return
+        if learner_call(frame) == shown:
             used.append(shown)
 
     sys.setprofile(profile)
