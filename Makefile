@@ -125,9 +125,17 @@ test: export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # Workers and the kernels they start share the cores: one torch thread each, or they wait on each other
 # (tests/conftest.py does the same for the workers themselves; outputs do not depend on it).
 test: export OMP_NUM_THREADS := 1
-test: $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_VENV)/.installed
+test: environments
 	$(BIN)/python -m autogradlab.release --check
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
+
+# The test environments, side by side once .venv has its torch (the grader's venv points into .venv): pip
+# and npm mostly wait on downloads and the disk, so a fresh clone builds them in parallel; each is its own
+# stamp, so a second run builds nothing.
+ENVIRONMENTS := $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_VENV)/.installed
+.PHONY: environments
+environments: $(VENV)/.installed-runtime
+	@$(MAKE) --no-print-directory -j4 --output-sync=target $(ENVIRONMENTS)
 
 # The loop an author runs after every change: no notebooks, no JupyterLab, no nbgrader. Its tests only
 # compute, so one worker per core (at most 4): a third worker on 2 cores only adds its 12 s of collection.
