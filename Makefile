@@ -129,12 +129,12 @@ test: environments
 	$(BIN)/python -m autogradlab.release --check
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=15
 
-# The test environments, side by side once .venv has its torch (the grader's venv points into .venv): pip
-# and npm mostly wait on downloads and the disk, so a fresh clone builds them in parallel; each is its own
-# stamp, so a second run builds nothing.
+# The test environments, side by side (the test packages and the grader's venv wait for .venv's torch, the
+# compat and site venvs do not): pip and npm mostly wait on downloads and the disk, so a fresh clone builds
+# them in parallel; each is its own stamp, so a second run builds nothing.
 ENVIRONMENTS := $(VENV)/.installed-test $(GRADER)/.installed $(COMPAT)/.installed $(SITE_VENV)/.installed
 .PHONY: environments
-environments: $(VENV)/.installed-runtime
+environments:
 	@$(MAKE) --no-print-directory -j4 --output-sync=target $(ENVIRONMENTS)
 
 # The loop an author runs after every change: no notebooks, no JupyterLab, no nbgrader. Its tests only
