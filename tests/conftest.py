@@ -26,7 +26,6 @@ def repo_root() -> Path:
 # without importing them. A single test that starts a process is marked @pytest.mark.slow where it is.
 SLOW_MODULES = {
     "test_browser",
-    "test_browser_part2",
     "test_first_open",
     "test_classroom",
     "test_nbgrader",

@@ -1,7 +1,6 @@
 """Browser tests: every notebook runs, and every view answers real input, in a real JupyterLab in headless Chromium.
 
-For each chapter (what learners open; every second one here, the others in test_browser_part2.py, so two
-workers share them), and one chapter of the Chinese edition (chapters-zh/): open it,
+For each chapter (what learners open), and one chapter of the Chinese edition (chapters-zh/): open it,
 Run All, wait until every code cell has run, save, then check that widgets really rendered (no "Error
 displaying widget", no widget shown as its plain-text repr) and that only cells
 tagged ``raises-exception`` (the exercises and their checks) raised; for the Chinese chapter, that its
@@ -113,13 +112,8 @@ def _open_and_run(page, base: str, notebook: str) -> None:
     page.wait_for_timeout(1000)  # widgets render asynchronously after their output arrives
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS[0::2])  # the others: test_browser_part2.py
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_browser_runs_notebook(notebook, lab, page):
-    check_notebook(notebook, lab, page)
-
-
-def check_notebook(notebook: str, lab, page) -> None:
-    """Run All on ``notebook`` in JupyterLab, then check its saved outputs and what the page shows."""
     base, root = lab
     _open_and_run(page, base, notebook)
 
