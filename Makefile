@@ -14,7 +14,7 @@ help:
 	@echo "make lab      open JupyterLab on your copy of the chapters, my-chapters/00_welcome.ipynb"
 	@echo "make update   git pull the course, then copy new chapters into my-chapters/ (yours are never overwritten)"
 	@echo "make lab-zh   the Chinese edition: JupyterLab on my-chapters-zh/00_welcome.ipynb, the package speaking Chinese"
-	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about a minute)"
+	@echo "make check    the fast tier: lint, format check, unit tests and doctests (about 1.5 minutes)"
 	@echo "make test     run all tests (unit, nbval, release --check, nbgrader, browser)"
 	@echo "make release  regenerate chapters/ from solutions/"
 	@echo "make execute  re-execute solutions/ in place (authors; NB=path for one), then release"
