@@ -88,6 +88,14 @@ def without_first_check_cell(solution: Path, to: Path) -> None:
     nbformat.write(nb, to)
 
 
+def new_course(tmp_path: Path, assignment: str) -> Path:
+    """An nbgrader course folder with the guide's settings and an empty source folder for ``assignment``."""
+    course = tmp_path / "course"
+    (course / "source" / assignment).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(CONFIG)
+    return course
+
+
 def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = False, lang: str = "en") -> None:
     """Generate the student version of `solution`, autograde it and the solution, and check the scores.
 
@@ -95,9 +103,8 @@ def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = 
     cell: add_missing_cells puts it back and she scores full marks too. With ``lang="zh"``, all of it on
     the Chinese edition's source.
     """
-    course, assignment = tmp_path / "course", solution.stem
-    (course / "source" / assignment).mkdir(parents=True)
-    (course / "nbgrader_config.py").write_text(CONFIG)
+    assignment = solution.stem
+    course = new_course(tmp_path, assignment)
     if lang == "zh":
         solution = zh_source(solution, course / "source")
     else:
@@ -143,9 +150,8 @@ def grade_chapter(solution: Path, tmp_path: Path, *, deleted_check_cell: bool = 
 
 def release_all(tmp_path: Path) -> Path:
     """nbgrader's student versions of every chapter: one assignment holding all the solutions, generated once."""
-    course, assignment = tmp_path / "course", "all_chapters"
-    (course / "source" / assignment).mkdir(parents=True)
-    (course / "nbgrader_config.py").write_text(CONFIG)
+    assignment = "all_chapters"
+    course = new_course(tmp_path, assignment)
     for solution in NOTEBOOKS:
         shutil.copy(solution, course / "source" / assignment)
     nbgrader(course, "generate_assignment", assignment, "--force")

@@ -20,7 +20,7 @@ checks, the cheapest of each: a view's labels and its saved picture (00, Tangent
 and GraphView (04, also saved-tensor listings), a stepping view (06, TrainStepInspector) and the doctor's
 findings (09). 00 runs in the browser test (chapters-zh/00 in JupyterLab: the same outcome, every check's message
 Chinese) and under nbgrader (tests/test_nbgrader_zh.py), so :data:`RUN` is the other three. Every chapter's
-checks go through the same ``LearnerCall``/``ExerciseError`` messages as these four's, and every package
+checks go through the same ``LearnerCall``/``ExerciseError`` messages as these chapters', and every package
 message's fields and markup are held to the English ones by tests/test_i18n.py.
 """
 
