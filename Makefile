@@ -3,6 +3,9 @@
 # The learner works in my-chapters/ (git does not track it); `make update` brings a course update in.
 
 PYTHON ?= python3
+# Some images set PYTHONDONTWRITEBYTECODE=1: then every process (each pytest worker, each kernel) compiles
+# the package from source and pytest rewrites every test module again. Keep Python's bytecode cache.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 GRADER := .venv-grader

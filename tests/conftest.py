@@ -6,11 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 # Under pytest-xdist several workers (and the kernels they start) share a few cores: torch's own
 # thread pool on top of them makes each small op wait on threads the other processes hold.
+# (Only the workers import torch here: the controlling process runs no test and needs no torch.)
 if os.environ.get("PYTEST_XDIST_WORKER"):
+    import torch
+
     torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent

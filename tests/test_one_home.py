@@ -24,8 +24,9 @@ from autogradlab.tracebacks import ERROR_KINDS
 PACKAGE = Path(__file__).resolve().parent.parent / "widgets" / "autogradlab"
 
 
-def _tokens(source: str) -> list[tokenize.TokenInfo]:
-    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+@functools.cache  # each concept's finder reads every file: tokenize and parse each once (callers only read them)
+def _tokens(source: str) -> tuple[tokenize.TokenInfo, ...]:
+    return tuple(tokenize.generate_tokens(io.StringIO(source).readline))
 
 
 def attribute_reads(source: str, names: set[str]) -> list[str]:
@@ -59,6 +60,7 @@ def flatteners(source: str) -> list[str]:
     return [f"{n}: {line.strip()}" for n, line in enumerate(source.splitlines(), 1) if _FLATTEN.search(line)]
 
 
+@functools.cache
 def _tree(source: str) -> ast.AST:
     return ast.parse(source)
 
