@@ -36,7 +36,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import chromium_context, jupyterlab, missing, shut_down_kernels, wait_kernel_idle, write_settings
+from chromium import (
+    chromium_context,
+    jupyterlab,
+    missing,
+    open_notebook,
+    shut_down_kernels,
+    wait_kernel_idle,
+    write_settings,
+)
 from student_run import CJK, DRAWN, NO_FONT, outcome
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,9 +106,8 @@ def _save_and_read(page, path: Path) -> nbformat.NotebookNode:
 
 
 def _open_and_run(page, base: str, notebook: str) -> None:
-    """Open ``notebook`` in a fresh tab, Run All, and wait until every code cell has run and the kernel is idle."""
-    page.goto(f"{base}/lab/tree/{notebook}?reset", wait_until="domcontentloaded")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    """Open ``notebook`` (the only tab), Run All, and wait until every code cell has run and the kernel is idle."""
+    open_notebook(page, base, notebook)
     wait_kernel_idle(page, 60)
     page.click('.lm-MenuBar-itemLabel:text-is("Run")')
     page.click('.lm-Menu-itemLabel:text-is("Run All Cells")')

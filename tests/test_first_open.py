@@ -33,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import chromium_context, jupyterlab, missing, shut_down_kernels, write_settings
+from chromium import chromium_context, jupyterlab, missing, open_notebook, shut_down_kernels, write_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts" / "first-open"
@@ -119,8 +119,7 @@ INSPECT = """(outputs) => [...document.querySelectorAll(outputs)]
 def test_first_open_shows_pictures_not_dumps(path, lab, page):
     base, trust = lab
     stored = _shown(path)
-    page.goto(f"{base}/lab/tree/chapters/{path.name}?reset", wait_until="domcontentloaded")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    open_notebook(page, base, f"chapters/{path.name}")
     page.wait_for_function(f"n => document.querySelectorAll({OUTPUTS!r}).length >= n", arg=len(stored), timeout=30_000)
     with contextlib.suppress(PlaywrightTimeout):  # saved widgets render once the widget manager has restored them
         page.wait_for_function(LOADED, arg=OUTPUTS, timeout=30_000)
