@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 import torch
 
 from autogradlab.graph.saved_bytes import SavedBytes
-from autogradlab.models.compiled.course_models import mlp_stack
-from autogradlab.models.compiled.record import quiet
 from autogradlab.models.experiments.amp import Block
 from autogradlab.models.experiments.common import (
     as_record,
@@ -68,6 +66,10 @@ class CompileResult:
 
 
 def _build(model: str, cfg: CompileConfig, device: torch.device) -> tuple[torch.nn.Module, torch.Tensor]:
+    # Imported here, not at the top: autogradlab.models.compiled loads torch._dynamo (1.5 s), which chapter 08,
+    # importing this package for its other experiments, never uses.
+    from autogradlab.models.compiled.course_models import mlp_stack
+
     gen = torch.Generator(device=device).manual_seed(1)
     if model == "mlp":
         tokens, width, depth = cfg.mlp
@@ -160,6 +162,8 @@ def run_compile(
     preset = resolve_preset(preset, device)
     cfg = SIZES[preset]
     result = CompileResult(device.type, preset, backend)
+    from autogradlab.models.compiled.record import quiet  # see _build: loaded when the experiment runs
+
     work = [(m, p) for m in models for p in modes if mode_unavailable(p, device) is None]
     for name, mode in progress(work, desc="compile", enabled=progress_bar):
         model, x = _build(name, cfg, device)
