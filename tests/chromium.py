@@ -148,7 +148,7 @@ def open_notebook(page, base: str, path: str) -> None:
 
     The first call on a page loads JupyterLab with a reset workspace; later ones open the notebook in the
     JupyterLab already loaded, as a learner does from the file browser, after closing the tab before: a
-    page load boots JupyterLab again (about 4 s of a 2-core machine, against 1 s for an open).
+    page load boots JupyterLab again (4 to 5 s on a 2-core machine, against 1 to 1.5 s for an open).
     """
     if not page.url.startswith(f"{base}/lab"):
         page.goto(f"{base}/lab?reset", wait_until="domcontentloaded")

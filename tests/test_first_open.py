@@ -3,7 +3,8 @@
 A fresh clone's notebooks are untrusted: JupyterLab then sanitizes ``text/html`` (``<svg>`` elements are
 dropped, their text is left as a run-on dump) and does not render ``image/svg+xml`` at all (the plain-text
 repr shows instead). For every chapter, opened untrusted (a fresh clone, a learner's copy, Binder) and
-trusted (after ``jupyter trust``), each stored output must show a picture or clean text:
+trusted (after ``jupyter trust``), each stored output must show a picture or clean text (each chapter is
+opened from the JupyterLab page already loaded, as from the file browser: ``open_notebook``):
 
 - an output that stored a picture (an image, or HTML with one) shows an image, loaded;
 - no output falls back to its plain-text repr (``Graph(5 nodes: ...)``) while it stored something richer;
