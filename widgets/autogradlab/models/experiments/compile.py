@@ -158,12 +158,12 @@ def run_compile(
     progress_bar: bool = False,
 ) -> CompileResult:
     """Eager vs ``torch.compile(model, backend=backend)`` per model and precision (see the module docstring)."""
+    from autogradlab.models.compiled.record import quiet  # see _build: loaded when the experiment runs
+
     device = experiment_device(device)
     preset = resolve_preset(preset, device)
     cfg = SIZES[preset]
     result = CompileResult(device.type, preset, backend)
-    from autogradlab.models.compiled.record import quiet  # see _build: loaded when the experiment runs
-
     work = [(m, p) for m in models for p in modes if mode_unavailable(p, device) is None]
     for name, mode in progress(work, desc="compile", enabled=progress_bar):
         model, x = _build(name, cfg, device)
